@@ -1,0 +1,81 @@
+"""engramdb: a memory engine for LLM agents and multi-agent teams.
+
+The public API is exactly what ``__all__`` lists; every other module is an implementation detail.
+"""
+
+from engramdb.config import TeamMemoryConfig, load_config
+from engramdb.embeddings.base import Embedder
+from engramdb.engine import DynamicMemoryEngine, open_team_memory_engine
+from engramdb.errors import (
+    BackendError,
+    CallerError,
+    ConfigError,
+    ConstraintError,
+    EngineFailure,
+    EngramError,
+    ForbiddenDDLError,
+    InvalidAgentId,
+    InvalidStatement,
+    MissingExtra,
+    NotFound,
+    ResourceLimitExceeded,
+    SchemaVersionError,
+    ScopeViolation,
+    SqlError,
+    TransactionError,
+    ValidationError,
+)
+from engramdb.retrieval.budget import TokenCounter, approx_tokens
+from engramdb.retrieval.evidence import EvidenceItem, render_evidence
+from engramdb.retrieval.retriever import MemoryRetriever, RetrievedRow
+from engramdb.scopes.scope import ExecResult, MemoryScope
+from engramdb.tools import (
+    LIST_MEMORY_TABLES_TOOL,
+    MEMORY_SCHEMA_TOOL,
+    ToolSpec,
+    list_memory_tables,
+    memory_schema,
+    tool_specs,
+)
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "LIST_MEMORY_TABLES_TOOL",
+    "MEMORY_SCHEMA_TOOL",
+    "BackendError",
+    "CallerError",
+    "ConfigError",
+    "ConstraintError",
+    "DynamicMemoryEngine",
+    "Embedder",
+    "EngineFailure",
+    "EngramError",
+    "EvidenceItem",
+    "ExecResult",
+    "ForbiddenDDLError",
+    "InvalidAgentId",
+    "InvalidStatement",
+    "MemoryRetriever",
+    "MemoryScope",
+    "MissingExtra",
+    "NotFound",
+    "ResourceLimitExceeded",
+    "RetrievedRow",
+    "SchemaVersionError",
+    "ScopeViolation",
+    "SqlError",
+    "TeamMemoryConfig",
+    "TokenCounter",
+    "ToolSpec",
+    "TransactionError",
+    "ValidationError",
+    "__version__",
+    "approx_tokens",
+    "list_memory_tables",
+    "load_config",
+    "memory_schema",
+    "open_team_memory_engine",
+    "render_evidence",
+    "tool_specs",
+]

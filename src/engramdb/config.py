@@ -1,0 +1,120 @@
+"""Team memory configuration: one frozen object, one loader.
+
+Precedence, lowest first: defaults < the ``[memory]`` table of a TOML file < environment variables
+(``ENGRAMDB_DB_PATH``, ``ENGRAMDB_ENABLE_EMBEDDINGS``, … one per key) < keyword arguments. Every key is documented on `TeamMemoryConfig`; an unknown
+key anywhere is a `ConfigError` that names it.
+
+Example ``engramdb.toml``::
+
+    [memory]
+    db_path           = ".engramdb/memory.db"
+    enable_embeddings = true
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engramdb.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class TeamMemoryConfig:
+    """How a team's memory engine is opened.
+
+    Attributes:
+        db_path: the SQLite file every agent of the team shares.
+        enable_embeddings: rank retrieved rows semantically too (needs the ``memory`` extra).
+        busy_timeout: seconds a writer waits for another writer.
+        statement_timeout: seconds one scope statement may run.
+        synchronous: SQLite ``synchronous`` setting: ``NORMAL`` or ``FULL``.
+    """
+
+    db_path: Path = field(default_factory=lambda: Path(".engramdb/memory.db"))
+    enable_embeddings: bool = False
+    busy_timeout: float = 30.0
+    statement_timeout: float = 5.0
+    synchronous: str = "NORMAL"
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TeamMemoryConfig)}
+_ENV_PREFIX = "ENGRAMDB_"
+
+
+def _coerce(key: str, value: Any, source: str) -> Any:
+    kind = {
+        "db_path": Path,
+        "enable_embeddings": bool,
+        "busy_timeout": float,
+        "statement_timeout": float,
+        "synchronous": str,
+    }[key]
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.strip().lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+    if kind is float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: {key} must be a number of seconds, got {value!r}") from None
+        if number <= 0:
+            raise ConfigError(f"{source}: {key} must be positive, got {value!r}")
+        return number
+    if kind is Path:
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise ConfigError(f"{source}: {key} must be a file path, got {value!r}")
+        return Path(value)
+    if not isinstance(value, str) or value.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ConfigError(f"{source}: {key} must be one of NORMAL, FULL, EXTRA, OFF, got {value!r}")
+    return value.upper()
+
+
+def _apply(values: dict[str, Any], updates: Mapping[str, Any], source: str) -> None:
+    for key, value in updates.items():
+        if key not in _FIELDS:
+            known = ", ".join(sorted(_FIELDS))
+            raise ConfigError(f"{source}: unknown key {key!r} (known keys: {known})")
+        values[key] = _coerce(key, value, source)
+
+
+def load_config(
+    toml_path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> TeamMemoryConfig:
+    """Build a `TeamMemoryConfig` from defaults, a TOML file's ``[memory]`` table, env and arguments.
+
+    A relative ``db_path`` in a TOML file is relative to that file's directory.
+    """
+    values: dict[str, Any] = {}
+    if toml_path is not None:
+        path = Path(toml_path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        section = data.get("memory", {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"{path}: [memory] must be a table")
+        _apply(values, section, f"{path} [memory]")
+        if "db_path" in values and not values["db_path"].is_absolute():
+            values["db_path"] = path.parent / values["db_path"]
+    environ = os.environ if env is None else env
+    # Only this config's own names are read from the environment; other ENGRAMDB_* variables
+    # (benchmark or tool settings) are not configuration keys.
+    from_env = {key: environ[_ENV_PREFIX + key.upper()] for key in _FIELDS if _ENV_PREFIX + key.upper() in environ}
+    _apply(values, from_env, "environment")
+    _apply(values, overrides, "arguments")
+    return TeamMemoryConfig(**values)

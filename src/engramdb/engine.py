@@ -1,0 +1,151 @@
+"""`DynamicMemoryEngine`: opens a store and hands out table scopes (and, later, agents)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from engramdb.config import TeamMemoryConfig, load_config
+from engramdb.errors import MissingExtra
+from engramdb.scopes.policy import ENGINE_PREFIX, ascii_lower
+from engramdb.scopes.scope import MemoryScope
+from engramdb.storage.migrations import migrate
+from engramdb.storage.sqlite import SqliteSettings, SqliteStore, translate
+from engramdb.tenancy.ids import SHARED, private_namespace
+
+if TYPE_CHECKING:
+    from engramdb.embeddings.base import Embedder
+
+Clock = Callable[[], float]
+
+
+class DynamicMemoryEngine:
+    """A memory store in one SQLite file (WAL): shared and private table scopes for a team.
+
+    Example::
+
+        engine = DynamicMemoryEngine(".engramdb/memory.db")
+        shared = engine.get_shared_scope()               # shared_* tables, every agent
+        private = engine.get_private_scope("researcher")  # private_researcher_* tables only
+
+    Args:
+        path: the database file (parent directories are created); ``":memory:"`` uses a private
+            temporary file removed on `close`.
+        enable_embeddings: let retrievers rank rows semantically too (needs the ``memory`` extra).
+        embedder: the `Embedder` to use when embeddings are enabled (default: the offline static
+            model shipped with the ``memory`` extra).
+        clock: seconds since the epoch; inject a fixed clock in tests.
+        busy_timeout: seconds a writer waits for another writer before `BackendError`.
+        statement_timeout: seconds one scope statement may run before it is stopped.
+        max_value_bytes: the largest string or blob a scope statement may build.
+        synchronous: SQLite's ``synchronous`` setting; ``"NORMAL"`` (default) survives process
+            crashes in WAL mode, ``"FULL"`` also power loss.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        enable_embeddings: bool = False,
+        embedder: Embedder | None = None,
+        clock: Clock = time.time,
+        busy_timeout: float = 30.0,
+        statement_timeout: float = 5.0,
+        max_value_bytes: int = 16 * 1024 * 1024,
+        synchronous: str = "NORMAL",
+    ) -> None:
+        settings = SqliteSettings(
+            busy_timeout=busy_timeout,
+            statement_timeout=statement_timeout,
+            max_value_bytes=max_value_bytes,
+            synchronous=synchronous,
+        )
+        self.clock = clock
+        self._store = SqliteStore(path, settings)
+        conn = self._store.connection("engine")
+        with translate(conn):
+            migrate(conn.raw, clock)
+        self.enable_embeddings = enable_embeddings
+        self._embedder = embedder
+        self._embedder_lock = threading.Lock()
+        if enable_embeddings and embedder is None:
+            self._embedder = self._default_embedder()
+        self._shared = MemoryScope(self._store, SHARED, lambda: self._embedder)
+        self._private: dict[str, MemoryScope] = {}
+
+    @staticmethod
+    def _default_embedder() -> Embedder:
+        try:
+            from engramdb.embeddings.static import default_embedder
+        except ImportError:
+            raise MissingExtra("enable_embeddings=True", "memory") from None
+        return default_embedder()
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._store.path
+
+    @property
+    def store(self) -> SqliteStore:
+        """The storage backend (engine-internal; not a public API)."""
+        return self._store
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder in use, or None when embeddings are off."""
+        return self._embedder
+
+    def get_shared_scope(self) -> MemoryScope:
+        """The scope of the team-wide ``shared_*`` tables."""
+        return self._shared
+
+    def get_private_scope(self, agent_id: str) -> MemoryScope:
+        """The scope of ``private_<agent_id>_*`` tables; `InvalidAgentId` for a bad id."""
+        scope = self._private.get(agent_id)
+        if scope is None:
+            scope = MemoryScope(self._store, private_namespace(agent_id), lambda: self._embedder)
+            scope = self._private.setdefault(agent_id, scope)
+        return scope
+
+    def list_all_tables(self, *, include_engine: bool = False) -> list[str]:
+        """Admin view: the tables of every namespace (and the engine's own with `include_engine`)."""
+        names = self._store.table_names()
+        if include_engine:
+            return names
+        return [n for n in names if ascii_lower(n).startswith(("shared_", "private_"))]
+
+    def close(self) -> None:
+        """Close every connection; the file stays as it is."""
+        self._store.close()
+
+    def __enter__(self) -> DynamicMemoryEngine:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DynamicMemoryEngine({str(self.path)!r})"
+
+
+def open_team_memory_engine(config: TeamMemoryConfig | None = None) -> DynamicMemoryEngine:
+    """Open the one engine a team shares, as `config` describes (default: `load_config()`)."""
+    config = config or load_config()
+    return DynamicMemoryEngine(
+        config.db_path,
+        enable_embeddings=config.enable_embeddings,
+        busy_timeout=config.busy_timeout,
+        statement_timeout=config.statement_timeout,
+        synchronous=config.synchronous,
+    )
+
+
+__all__ = ["ENGINE_PREFIX", "Clock", "DynamicMemoryEngine", "open_team_memory_engine"]

@@ -1,0 +1,164 @@
+"""Query keywords and whole-word hit counting (pure)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+#: Short English function words; they match almost every row and carry no topic.
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+    ]
+)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens of `text` (Unicode letters and digits), after NFKC."""
+    return _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+
+
+def keywords(query: str, *, limit: int = 16) -> list[str]:
+    """Distinct content words of `query`, in order, without stopwords (``"Y"`` is kept: names like X and Y matter)."""
+    seen: dict[str, None] = {}
+    for w in words(query):
+        if w in STOPWORDS:
+            continue
+        seen.setdefault(w, None)
+        if len(seen) >= limit:
+            break
+    return list(seen)
+
+
+def hits(text: str, kws: Iterable[str]) -> int:
+    """How many of the keywords `kws` occur in `text` as whole words."""
+    present = set(words(text))
+    return sum(1 for k in kws if k in present)

@@ -1,0 +1,212 @@
+"""`MemoryRetriever`: the best rows of one scope table, as token-budgeted untrusted evidence."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engramdb.errors import ScopeViolation, SqlError
+from engramdb.retrieval.budget import TokenCounter, approx_tokens
+from engramdb.retrieval.evidence import EvidenceItem, render_evidence
+from engramdb.retrieval.keywords import hits, keywords, words
+from engramdb.storage.sqlite import translate
+
+if TYPE_CHECKING:
+    from engramdb.embeddings.base import Embedder
+    from engramdb.retrieval.row_vectors import RowVectors
+    from engramdb.scopes.scope import MemoryScope
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+_RECENCY_COLUMNS = ("created_ts", "created_at", "ts", "timestamp")
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedRow:
+    """One ranked row: its rowid, content, keyword hits, recency value and (if on) cosine."""
+
+    rowid: int
+    content: str
+    hits: int
+    recency: Any
+    similarity: float | None = None
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _norm(text: str) -> str:
+    return " ".join(words(text))
+
+
+class MemoryRetriever:
+    """Rank the rows of `table` for a query and render them as untrusted evidence.
+
+    Ranking, strictly in this order: whole-word keyword hits (distinct query keywords found in
+    the row), then cosine similarity when semantic ranking is on, then recency (`recency_column`,
+    else the rowid). So a keyword match always outranks recency, however far apart the rows are.
+    Every row of the table is a candidate, not only the newest ones. Rows with equal normalised
+    content are shown once. The result never exceeds `token_budget` as counted by `token_counter`.
+
+    Example::
+
+        retriever = MemoryRetriever(scope=shared, token_budget=512, table="shared_notes", content_column="content")
+        evidence = retriever.retrieve("what implies Y")
+
+    Args:
+        scope: the scope whose table is read; the retriever can read nothing else.
+        token_budget: the most tokens the returned text may count.
+        table, content_column: where the text lives.
+        recency_column: tie-breaker column; default: the first of ``created_ts``, ``created_at``,
+            ``ts``, ``timestamp`` the table has, else the rowid.
+        token_counter: ``str -> int``; default about four characters a token.
+        semantic: rank by embedding similarity after keyword hits (default: on when the engine was
+            opened with ``enable_embeddings=True``).
+        include_unmatched: after the keyword matches, fill the budget with the remaining rows
+            (most similar, else most recent), as spec 000's single score does. Set False to return
+            keyword matches only.
+    """
+
+    def __init__(
+        self,
+        *,
+        scope: MemoryScope,
+        token_budget: int = 512,
+        table: str,
+        content_column: str = "content",
+        recency_column: str | None = None,
+        token_counter: TokenCounter = approx_tokens,
+        semantic: bool | None = None,
+        include_unmatched: bool = True,
+        candidate_limit: int = 5000,
+    ) -> None:
+        if not scope.namespace.owns(table):
+            raise ScopeViolation(scope.namespace.rule())
+        for what, name in (("content_column", content_column), ("recency_column", recency_column)):
+            if name is not None and not _IDENT.match(name):
+                raise SqlError(f"{what} {name!r} is not a plain column name")
+        if token_budget < 1:
+            raise SqlError("token_budget must be a positive number of tokens")
+        self.scope = scope
+        self.table = table
+        self.content_column = content_column
+        self.token_budget = token_budget
+        self.token_counter = token_counter
+        self.include_unmatched = include_unmatched
+        self.candidate_limit = candidate_limit
+        columns = self._columns()
+        if content_column.lower() not in columns:
+            raise SqlError(f"table {table} has no column {content_column}")
+        if recency_column is None:
+            recency_column = next((c for c in _RECENCY_COLUMNS if c in columns), None)
+        elif recency_column.lower() not in columns:
+            raise SqlError(f"table {table} has no column {recency_column}")
+        self.recency_column = recency_column
+        embedder = scope.embedder
+        self.semantic = (embedder is not None) if semantic is None else semantic
+        self._vectors: RowVectors | None = None
+        if self.semantic:
+            self._vectors = self._make_vectors(embedder)
+
+    def _make_vectors(self, embedder: Embedder | None) -> RowVectors:
+        from engramdb.retrieval.row_vectors import RowVectors
+
+        if embedder is None:
+            from engramdb.engine import DynamicMemoryEngine
+
+            embedder = DynamicMemoryEngine._default_embedder()
+        return RowVectors(self.scope, self.table, self.content_column, embedder)
+
+    def _columns(self) -> set[str]:
+        conn = self.scope.store.connection("engine")
+        with translate(conn):
+            rows = conn.raw.execute("SELECT name FROM pragma_table_info(?)", (self.table,)).fetchall()
+        if not rows:
+            raise SqlError(f"no such table: {self.table}")
+        return {str(r[0]).lower() for r in rows}
+
+    # -- ranking ------------------------------------------------------------------------------
+
+    def rank(self, query: str) -> list[RetrievedRow]:
+        """Every candidate row for `query`, best first, deduplicated (no budget applied)."""
+        kws = keywords(query)
+        content, recency = _quote(self.content_column), _quote(self.recency_column or "rowid")
+        if self.recency_column is None:
+            recency = "rowid"
+        table = _quote(self.table)
+        sims = self._vectors.similarities(query) if self._vectors is not None else {}
+        matched: list[RetrievedRow] = []
+        if kws:
+            # A cheap substring pre-filter in SQLite narrows the scan; whole-word hits are then
+            # counted exactly in Python. Each keyword also matches in upper and title case so
+            # non-ASCII letters (which SQLite's lower() leaves alone) are not missed.
+            variants = sorted({v for k in kws for v in (k, k.upper(), k.title())})
+            cond = " OR ".join([f"instr(lower({content}), ?) > 0"] * len(variants))
+            sql = f"SELECT rowid, {content}, {recency} FROM {table} WHERE {content} IS NOT NULL AND ({cond})"  # noqa: S608 - identifiers validated and quoted
+            for rid, text, rec in self.scope.query(sql, variants):
+                h = hits(str(text), kws)
+                if h:
+                    matched.append(RetrievedRow(int(rid), str(text), h, rec, sims.get(int(rid))))
+        matched.sort(key=lambda r: (-r.hits, -(r.similarity or 0.0), _neg(r.recency), -r.rowid))
+        rows = matched
+        if self.include_unmatched:
+            rows = matched + self._unmatched({r.rowid for r in matched}, sims, content, recency, table)
+        return _dedupe(rows)
+
+    def _unmatched(
+        self, taken: set[int], sims: dict[int, float], content: str, recency: str, table: str
+    ) -> list[RetrievedRow]:
+        limit = self.candidate_limit
+        if sims:
+            best = sorted((rid for rid in sims if rid not in taken), key=lambda r: -sims[r])[:limit]
+            if not best:
+                return []
+            marks = ",".join("?" * len(best))
+            sql = f"SELECT rowid, {content}, {recency} FROM {table} WHERE rowid IN ({marks})"  # noqa: S608
+            found = {int(r[0]): r for r in self.scope.query(sql, best)}
+            return [RetrievedRow(rid, str(found[rid][1]), 0, found[rid][2], sims[rid]) for rid in best if rid in found]
+        sql = (
+            f"SELECT rowid, {content}, {recency} FROM {table} WHERE {content} IS NOT NULL "  # noqa: S608
+            f"ORDER BY {recency} DESC, rowid DESC LIMIT ?"
+        )
+        out = [RetrievedRow(int(r[0]), str(r[1]), 0, r[2]) for r in self.scope.query(sql, (limit + len(taken),))]
+        return [r for r in out if r.rowid not in taken][:limit]
+
+    def retrieve(self, query: str) -> str:
+        """The ranked rows for `query`, wrapped as untrusted evidence within the token budget."""
+        rows = self.rank(query)
+        # Render only as many rows as could possibly fit: each takes at least one token.
+        items = [EvidenceItem(f"{self.table} row {r.rowid}", r.content) for r in rows[: self.token_budget]]
+        return render_evidence(items, self.token_budget, self.token_counter)
+
+
+def _neg(value: Any) -> tuple[int, float, _Desc]:
+    """Sort key for "newest first": numbers, then ISO-8601-like text, then NULLs last."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, -float(value), _Desc(""))
+    if value is None:
+        return (2, 0.0, _Desc(""))
+    return (1, 0.0, _Desc(str(value)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Desc:
+    """A string that sorts in reverse order."""
+
+    value: str
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.value > other.value
+
+
+def _dedupe(rows: list[RetrievedRow]) -> list[RetrievedRow]:
+    seen: set[str] = set()
+    out = []
+    for r in rows:
+        key = _norm(r.content)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(r)
+    return out

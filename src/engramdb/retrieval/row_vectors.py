@@ -1,0 +1,112 @@
+"""Embeddings of scope-table rows for semantic ranking, without SQLite extensions.
+
+Many Python builds (this project's CI among them) cannot load SQLite extensions such as
+sqlite-vec, so vectors are stored as BLOBs in the engine table ``engram_row_vectors`` (the truth,
+written in one transaction per sync) and searched exactly with numpy from an in-memory matrix
+(a rebuildable cache). Exact search costs ~0.2 ms per query at 10k rows and ~8 ms at 100k.
+
+A sync embeds rows that are new or whose content changed (by digest) and drops vectors of deleted
+rows. It runs only when the database changed since the last sync as seen from this thread
+(``PRAGMA data_version`` plus this process's own writes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import TYPE_CHECKING, Any
+
+from engramdb.errors import MissingExtra
+from engramdb.storage.sqlite import translate
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from engramdb.embeddings.base import Embedder
+    from engramdb.scopes.scope import MemoryScope
+
+
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:
+        raise MissingExtra("semantic ranking", "memory") from None
+    return numpy
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+class RowVectors:
+    """The vectors of one (table, column) of one scope, kept in step with the table."""
+
+    def __init__(self, scope: MemoryScope, table: str, column: str, embedder: Embedder) -> None:
+        self._np = _numpy()
+        self.scope, self.table, self.column, self.embedder = scope, table, column, embedder
+        self._lock = threading.Lock()
+        self._ids: list[int] = []
+        self._matrix: npt.NDArray[np.float32] = self._np.zeros((0, embedder.dim), dtype=self._np.float32)
+        self._seen: dict[int, int] = {}  # thread id -> data_version at last sync
+        self._loaded = False
+
+    def _version(self) -> int:
+        """Changes whenever anything committed to the file since this thread last looked."""
+        conn = self.scope.store.connection("engine")
+        return int(conn.raw.execute("PRAGMA data_version").fetchone()[0]) * 1_000_003 + conn.raw.total_changes
+
+    def sync(self) -> None:
+        """Embed new or changed rows, drop deleted ones, and rebuild the search matrix."""
+        with self._lock:
+            tid = threading.get_ident()
+            if self._loaded and self._seen.get(tid) == self._version():
+                return
+            np = self._np
+            rows = self.scope.query(f'SELECT rowid, "{self.column}" FROM "{self.table}"')  # noqa: S608 - names validated by caller
+            store = self.scope.store
+            conn = store.connection("engine")
+            model = self.embedder.name
+            key = (self.table, self.column)
+            with translate(conn):
+                stored = {
+                    int(r[0]): bytes(r[1])
+                    for r in conn.raw.execute(
+                        "SELECT row_id, digest FROM engram_row_vectors WHERE tbl = ? AND col = ? AND model = ?",
+                        (*key, model),
+                    )
+                }
+            current = {int(rid): ("" if text is None else str(text)) for rid, text in rows}
+            todo = [(rid, text, _digest(text)) for rid, text in current.items() if stored.get(rid) != _digest(text)]
+            gone = [rid for rid in stored if rid not in current]
+            if todo or gone:
+                vecs = self.embedder.embed([t for _, t, _ in todo]) if todo else None
+                with store.atomic(conn), translate(conn):
+                    conn.raw.executemany(
+                        "DELETE FROM engram_row_vectors WHERE tbl = ? AND col = ? AND row_id = ?",
+                        [(*key, rid) for rid in gone],
+                    )
+                    if vecs is not None:
+                        conn.raw.executemany(
+                            "INSERT OR REPLACE INTO engram_row_vectors VALUES (?, ?, ?, ?, ?, ?)",
+                            [(*key, rid, dg, model, vecs[i].tobytes()) for i, (rid, _, dg) in enumerate(todo)],
+                        )
+            with translate(conn):
+                loaded = conn.raw.execute(
+                    "SELECT row_id, vec FROM engram_row_vectors WHERE tbl = ? AND col = ? AND model = ? ORDER BY row_id",
+                    (*key, model),
+                ).fetchall()
+            self._ids = [int(r[0]) for r in loaded]
+            blob = b"".join(bytes(r[1]) for r in loaded)
+            self._matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(loaded), self.embedder.dim)
+            self._loaded = True
+            self._seen = {tid: self._version()}  # other threads re-check after any sync
+
+    def similarities(self, query: str) -> dict[int, float]:
+        """Cosine similarity of `query` to every row, by rowid (after `sync`)."""
+        self.sync()
+        if not self._ids:
+            return {}
+        q = self.embedder.embed([query])[0]
+        sims = self._matrix @ q
+        return dict(zip(self._ids, (float(s) for s in sims), strict=True))

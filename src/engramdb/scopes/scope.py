@@ -1,0 +1,206 @@
+"""`MemoryScope`: raw SQL inside one table namespace, enforced by SQLite's authorizer.
+
+A scope never rewrites SQL. It classifies the statement (one statement, DDL safelist), checks the
+names a ``CREATE`` would make, and lets SQLite prepare it under the namespace's authorizer, which
+refuses any table outside the namespace before a single row is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from engramdb.errors import ResourceLimitExceeded, ScopeViolation
+from engramdb.scopes.classify import Kind, Statement, classify
+from engramdb.scopes.policy import Namespace
+from engramdb.storage.sqlite import Conn, convert, translate
+
+if TYPE_CHECKING:
+    from engramdb.embeddings.base import Embedder
+    from engramdb.storage.sqlite import SqliteStore
+
+Params: TypeAlias = Sequence[Any] | Mapping[str, Any] | None
+Row: TypeAlias = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """What `MemoryScope.execute` did: rows changed, the last inserted rowid, and any rows returned."""
+
+    rowcount: int
+    lastrowid: int | None
+    rows: list[Row]
+
+
+def _bare(name: str | None) -> str | None:
+    """``main.t`` → ``t``; other qualifiers are kept so the policy refuses them."""
+    if name and name.lower().startswith("main."):
+        return name[5:]
+    return name
+
+
+class MemoryScope:
+    """Raw SQL over the tables of one namespace: ``shared_*`` or ``private_<agent>_*``.
+
+    Example::
+
+        shared = engine.get_shared_scope()
+        shared.execute("CREATE TABLE IF NOT EXISTS shared_notes (id INTEGER PRIMARY KEY, content TEXT)")
+        shared.execute("INSERT INTO shared_notes (content) VALUES (?)", ("Finding: X implies Y",))
+        rows = shared.query("SELECT id, content FROM shared_notes")
+
+    Safe to use from many threads: each thread has its own connection, and a transaction begun
+    on a thread belongs to that thread alone.
+    """
+
+    def __init__(
+        self, store: SqliteStore, namespace: Namespace, embedder: Callable[[], Embedder | None] = lambda: None
+    ) -> None:
+        self._store = store
+        self.namespace = namespace
+        self._embedder = embedder
+
+    @property
+    def store(self) -> SqliteStore:
+        """The storage backend (engine-internal; not a public API)."""
+        return self._store
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The engine's embedder, or None when embeddings are off."""
+        return self._embedder()
+
+    @property
+    def label(self) -> str:
+        """``"shared"`` or ``"private:<agent>"``."""
+        return self.namespace.label
+
+    @property
+    def prefix(self) -> str:
+        """The table-name prefix of this namespace, e.g. ``"shared_"``."""
+        return self.namespace.prefix
+
+    def __repr__(self) -> str:
+        return f"MemoryScope({self.label!r})"
+
+    def _conn(self) -> Conn:
+        return self._store.connection(f"scope:{self.label}", self.namespace)
+
+    # -- statements ---------------------------------------------------------------------------
+
+    def execute(self, sql: str, params: Params = None) -> ExecResult:
+        """Run one statement in this namespace; return rows changed, last rowid and any rows.
+
+        Raises `ScopeViolation` or `ForbiddenDDLError` before anything executes when the
+        statement reaches outside the namespace or the DDL safelist; a failed call changes nothing.
+        """
+        stmt = classify(sql)
+        return self._run(sql, stmt, lambda raw: raw.execute(sql, () if params is None else params))
+
+    def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> ExecResult:
+        """Run one DML statement for each parameter set, all or nothing."""
+        stmt = classify(sql)
+        if stmt.kind is not Kind.WRITE:
+            raise ScopeViolation("executemany() runs INSERT, REPLACE, UPDATE or DELETE statements only")
+        return self._run(sql, stmt, lambda raw: raw.executemany(sql, seq_of_params), many=True)
+
+    def query(self, sql: str, params: Params = None) -> list[Row]:
+        """Run one statement and return its rows as tuples (``for a, b in scope.query(...)``)."""
+        return self.execute(sql, params).rows
+
+    def _precheck(self, stmt: Statement) -> None:
+        """Refuse DDL names outside the namespace before SQLite can say "already exists"."""
+        ns = self.namespace
+        if not stmt.kind.is_ddl:
+            return
+        table = _bare(stmt.table)
+        if table is None or not ns.owns(table):
+            raise ScopeViolation(ns.rule())
+        if stmt.kind is Kind.CREATE_INDEX:
+            index = _bare(stmt.index)
+            if index is None or not ns.may_name_index(index):
+                raise ScopeViolation(
+                    f"index names in scope '{ns.label}' must start with {ns.prefix}"
+                    + (" or be unprefixed names outside other namespaces" if ns.prefix == "shared_" else "")
+                    + " (index names share one database-wide namespace)"
+                )
+
+    def _run(self, sql: str, stmt: Statement, run: Any, *, many: bool = False) -> ExecResult:
+        self._precheck(stmt)
+        store = self._store
+        conn = self._conn()
+        assert conn.policy is not None
+        if stmt.writes:
+            store.check_write(conn)
+        was_in_tx = conn.in_transaction
+        guarded = stmt.kind.is_ddl or stmt.needs_savepoint or many
+        conn.policy.begin(stmt.kind)
+        conn.deadline = time.monotonic() + store.settings.statement_timeout
+        try:
+            with store.atomic(conn) if guarded else contextlib.nullcontext():
+                try:
+                    cur = run(conn.raw)
+                    rows = cur.fetchall() if cur.description is not None else []
+                except sqlite3.Error as exc:
+                    raise convert(exc, conn) from None
+                if stmt.kind.is_ddl:
+                    self._check_foreign_keys(conn, stmt)
+            return ExecResult(cur.rowcount, cur.lastrowid, rows)
+        except ResourceLimitExceeded as exc:
+            if was_in_tx and not conn.in_transaction:
+                raise ResourceLimitExceeded(
+                    f"{exc}; SQLite rolled back this thread's whole open transaction, as it does for an interrupted write"
+                ) from None
+            raise
+        finally:
+            conn.deadline = float("inf")
+
+    def _check_foreign_keys(self, conn: Conn, stmt: Statement) -> None:
+        """A foreign key into another namespace would let this scope probe its rows."""
+        table = _bare(stmt.table)
+        with conn.trusted() as raw, translate(conn):
+            refs = raw.execute('SELECT DISTINCT "table" FROM pragma_foreign_key_list(?)', (table,)).fetchall()
+        if any(not self.namespace.owns(str(r[0])) for r in refs):
+            raise ScopeViolation(
+                f"{self.namespace.rule()}; foreign keys may only reference tables of the same namespace"
+            )
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Open a transaction for this thread on this scope (``BEGIN IMMEDIATE``)."""
+        self._store.begin(self._conn())
+
+    def commit(self) -> None:
+        """Commit this thread's open transaction on this scope."""
+        self._store.commit(self._conn())
+
+    def rollback(self) -> None:
+        """Roll back this thread's open transaction on this scope; a no-op when none is open."""
+        self._store.rollback(self._conn())
+
+    @property
+    def in_transaction(self) -> bool:
+        """True while this thread has a transaction open on this scope."""
+        return self._conn().in_transaction
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[MemoryScope]:
+        """``with scope.transaction():`` — commit on success, roll back on any exception."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    # -- catalog ------------------------------------------------------------------------------
+
+    def list_tables(self) -> list[str]:
+        """The tables of this namespace only, sorted by name."""
+        return [name for name in self._store.table_names() if self.namespace.owns(name)]

@@ -1,0 +1,320 @@
+"""SQLite connections: one per thread and role, configured once, translated errors.
+
+A *role* is either the engine itself (no authorizer) or one table namespace (an authorizer
+`Policy`, limits and a time budget). Each thread gets its own connection per role, so a
+transaction begun on one thread can never capture another thread's statements, and a prepared
+statement is only ever reused under the authorizer it was prepared with (SQLite consults the
+authorizer at prepare time only).
+
+WAL lets readers run beside the single writer; writers queue on the busy timeout. Explicit
+transactions start with ``BEGIN IMMEDIATE`` so that they never fail half-way on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from engramdb.errors import (
+    BackendError,
+    ConstraintError,
+    EngramError,
+    ResourceLimitExceeded,
+    ScopeViolation,
+    SqlError,
+    TransactionError,
+)
+from engramdb.scopes.policy import ENGINE_PREFIX, Namespace, Policy, ascii_lower
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteSettings:
+    """How the engine opens its SQLite file. Times in seconds, sizes in bytes."""
+
+    busy_timeout: float = 30.0
+    #: wall-clock budget of one scope statement; a runaway query is interrupted past it
+    statement_timeout: float = 5.0
+    #: the largest string or blob a scope statement may build (randomblob, zeroblob, printf)
+    max_value_bytes: int = 16 * 1024 * 1024
+    #: NORMAL is durable across process crashes in WAL mode; FULL also survives power loss
+    synchronous: str = "NORMAL"
+
+
+class Conn:
+    """One thread's connection for one role. Not shared between threads."""
+
+    __slots__ = ("__weakref__", "deadline", "label", "policy", "raw")
+
+    def __init__(self, raw: sqlite3.Connection, policy: Policy | None, label: str) -> None:
+        self.raw = raw
+        self.policy = policy
+        self.label = label
+        self.deadline = float("inf")
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.in_transaction
+
+    @contextlib.contextmanager
+    def trusted(self) -> Iterator[sqlite3.Connection]:
+        """Run engine-issued statements (transaction control, catalog checks) past the policy."""
+        if self.policy is None:
+            yield self.raw
+            return
+        self.policy.trusted = True
+        try:
+            yield self.raw
+        finally:
+            self.policy.trusted = False
+
+
+class _ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.conns: dict[str, Conn] = {}
+        #: the connection of this thread that holds an explicit transaction, if any
+        self.holder: Conn | None = None
+
+
+class SqliteStore:
+    """The engine's SQLite file: per-thread connections by role, and its lifecycle."""
+
+    def __init__(self, path: str | os.PathLike[str], settings: SqliteSettings) -> None:
+        if settings.synchronous.upper() not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        self.settings = settings
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        if str(path) == ":memory:":
+            # Per-thread connections cannot share one in-memory database; a private temp file
+            # behaves the same and is removed on close().
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="engramdb-")
+            path = Path(self._tmpdir.name) / "memory.db"
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._state = _ThreadState()
+        self._all: weakref.WeakSet[Conn] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._closed = False
+        # Switch the file to WAL once; the mode is persistent in the file.
+        with self._open() as first:
+            try:
+                mode = first.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                raise BackendError(f"cannot open {self.path} as a SQLite database: {exc}") from None
+            if str(mode).lower() != "wal":
+                raise BackendError(f"{self.path}: could not switch to WAL mode (got {mode!r})")
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            raw = sqlite3.connect(
+                self.path,
+                timeout=self.settings.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+            raw.execute(f"PRAGMA busy_timeout={int(self.settings.busy_timeout * 1000)}")
+            raw.execute("PRAGMA foreign_keys=ON")
+            raw.execute("PRAGMA trusted_schema=OFF")
+            raw.execute(f"PRAGMA synchronous={self.settings.synchronous.upper()}")
+        except sqlite3.Error as exc:
+            raw.close()
+            raise BackendError(f"cannot open {self.path} as a SQLite database: {exc}") from None
+        return raw
+
+    def connection(self, role: str, namespace: Namespace | None = None) -> Conn:
+        """This thread's connection for `role`, opened and configured on first use."""
+        if self._closed:
+            raise BackendError("the engine is closed")
+        conn = self._state.conns.get(role)
+        if conn is None:
+            conn = self._make(role, namespace)
+            self._state.conns[role] = conn
+            with self._lock:
+                self._all.add(conn)
+        return conn
+
+    def _make(self, role: str, namespace: Namespace | None) -> Conn:
+        raw = self._open()
+        if namespace is None:
+            return Conn(raw, None, role)
+        # Eponymous virtual tables announce themselves with schema bookkeeping on first use;
+        # do that once here, trusted, so the policy never has to allow it.
+        raw.execute("SELECT count(*) FROM json_each('[]')").fetchone()
+        raw.execute("SELECT count(*) FROM json_tree('[]')").fetchone()
+        limits = {
+            sqlite3.SQLITE_LIMIT_LENGTH: self.settings.max_value_bytes,
+            sqlite3.SQLITE_LIMIT_SQL_LENGTH: 1_000_000,
+            sqlite3.SQLITE_LIMIT_ATTACHED: 0,
+            sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 200,
+            sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: 100,
+            sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH: 1000,
+            sqlite3.SQLITE_LIMIT_TRIGGER_DEPTH: 1,
+        }
+        for limit, value in limits.items():
+            raw.setlimit(limit, value)
+        policy = Policy(namespace, self._table_exists)
+        conn = Conn(raw, policy, namespace.label)
+        raw.set_authorizer(policy.authorize)
+        # A closure over a weak reference: the connection must not keep its wrapper alive.
+        ref = weakref.ref(conn)
+
+        def over_budget() -> int:
+            c = ref()
+            return 1 if c is not None and time.monotonic() > c.deadline else 0
+
+        raw.set_progress_handler(over_budget, 2000)
+        return conn
+
+    # -- transactions -----------------------------------------------------------------------
+
+    @property
+    def holder(self) -> Conn | None:
+        """The connection of the calling thread that holds an explicit transaction."""
+        h = self._state.holder
+        if h is not None and not h.in_transaction:
+            self._state.holder = h = None  # SQLite ended it (e.g. an interrupted write)
+        return h
+
+    def check_write(self, conn: Conn) -> None:
+        """Refuse a write that would wait forever on this thread's own open transaction."""
+        h = self.holder
+        if h is not None and h is not conn:
+            raise TransactionError(
+                f"this thread has an open transaction on '{h.label}'; commit or roll it back "
+                f"before writing through '{conn.label}' (one transaction spans one scope)"
+            )
+
+    def begin(self, conn: Conn) -> None:
+        if conn.in_transaction:
+            raise TransactionError(f"a transaction is already open on '{conn.label}' in this thread")
+        self.check_write(conn)
+        with conn.trusted() as raw, translate(conn):
+            raw.execute("BEGIN IMMEDIATE")
+        self._state.holder = conn
+
+    def commit(self, conn: Conn) -> None:
+        if not conn.in_transaction:
+            raise TransactionError(f"commit() without begin() on '{conn.label}' in this thread")
+        with conn.trusted() as raw, translate(conn):
+            raw.execute("COMMIT")
+        self._state.holder = None
+
+    def rollback(self, conn: Conn) -> None:
+        """Roll back this thread's transaction on `conn`; a no-op when none is open."""
+        if conn.in_transaction:
+            with conn.trusted() as raw, translate(conn):
+                raw.execute("ROLLBACK")
+        if self._state.holder is conn:
+            self._state.holder = None
+
+    @contextlib.contextmanager
+    def atomic(self, conn: Conn, *, immediate: bool = True) -> Iterator[None]:
+        """All or nothing: a savepoint inside an open transaction, else a transaction of its own."""
+        with conn.trusted() as raw:
+            nested = conn.in_transaction
+            if not nested:
+                self.check_write(conn)
+            with translate(conn):
+                raw.execute("SAVEPOINT engram_call" if nested else ("BEGIN IMMEDIATE" if immediate else "BEGIN"))
+        try:
+            yield
+        except BaseException:
+            with conn.trusted() as raw, contextlib.suppress(sqlite3.Error):
+                if raw.in_transaction:
+                    if nested:
+                        raw.execute("ROLLBACK TO engram_call")
+                        raw.execute("RELEASE engram_call")
+                    else:
+                        raw.execute("ROLLBACK")
+            raise
+        with conn.trusted() as raw, translate(conn):
+            if raw.in_transaction:
+                raw.execute("RELEASE engram_call" if nested else "COMMIT")
+
+    def _table_exists(self, name: str) -> bool:
+        conn = self.connection("engine")
+        row = conn.raw.execute(
+            "SELECT 1 FROM sqlite_schema WHERE type IN ('table', 'view') AND name = ? COLLATE NOCASE", (name,)
+        ).fetchone()
+        return row is not None
+
+    def table_names(self) -> list[str]:
+        """Every table in ``main``, sorted; for engine code and the admin view only."""
+        conn = self.connection("engine")
+        with translate(conn):
+            rows = conn.raw.execute("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").fetchall()
+        return [str(r[0]) for r in rows]
+
+    def close(self) -> None:
+        """Close every connection of every thread; further use raises `BackendError`."""
+        with self._lock:
+            self._closed = True
+            conns = list(self._all)
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.raw.close()
+        self._state = _ThreadState()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+
+
+# -- error translation ---------------------------------------------------------------------
+
+_FOREIGNISH = re.compile(r"\b(?:[A-Za-z_]+\.)?((?:private|shared|engram|sqlite)_[\w$-]*)", re.IGNORECASE)
+_NO_SUCH_TABLE = re.compile(r"no such table: (?:[\w]+\.)?([^\s]+)")
+_IO = ("disk i/o", "malformed", "unable to open", "readonly database", "database or disk is full", "not a database")
+
+
+def _leaks(namespace: Namespace, message: str) -> bool:
+    """True if an error message names something outside the namespace (its wording could reveal it)."""
+    if any(not namespace.owns(m.group(1)) for m in _FOREIGNISH.finditer(message)):
+        return True
+    m = _NO_SUCH_TABLE.search(message)
+    return m is not None and not namespace.owns(m.group(1))
+
+
+def convert(exc: sqlite3.Error, conn: Conn | None) -> EngramError:
+    """Translate a driver exception; scope errors never reveal foreign names or their existence."""
+    message = str(exc)
+    low = message.lower()
+    policy = conn.policy if conn is not None else None
+    if policy is not None:
+        if "not authorized" in low or "prohibited" in low or "vtable constructor failed" in low:
+            return ScopeViolation(policy.denial or policy.namespace.rule())
+        if _leaks(policy.namespace, message):
+            return ScopeViolation(policy.namespace.rule())
+    if "interrupted" in low:
+        return ResourceLimitExceeded("the statement ran past its time budget and was stopped")
+    if "too big" in low or "too large" in low or "too many" in low or "too deep" in low:
+        return ResourceLimitExceeded(f"the statement exceeds a size limit: {message}")
+    if isinstance(exc, sqlite3.IntegrityError):
+        return ConstraintError(message)
+    if "locked" in low or "busy" in low or any(s in low for s in _IO):
+        return BackendError(message)
+    if isinstance(exc, (sqlite3.OperationalError, sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+        return SqlError(message)
+    return BackendError(message)
+
+
+@contextlib.contextmanager
+def translate(conn: Conn | None = None) -> Iterator[None]:
+    """Re-raise driver exceptions as engramdb errors (see `errors`)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise convert(exc, conn) from None
+
+
+def is_engine_table(name: str) -> bool:
+    return ascii_lower(name).startswith(ENGINE_PREFIX)

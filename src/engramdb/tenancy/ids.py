@@ -1,0 +1,32 @@
+"""Agent ids and the table namespaces they own."""
+
+from __future__ import annotations
+
+import re
+
+from engramdb.errors import InvalidAgentId
+from engramdb.scopes.policy import Namespace
+
+#: Lower case, digits and hyphens; no ``_``, so ``private_<id>_`` is never a prefix of another
+#: agent's namespace (``a`` vs ``a_b``), and case folding can never merge two agents.
+AGENT_ID_RULE = "[a-z0-9][a-z0-9-]{0,62}"
+_AGENT_ID = re.compile(AGENT_ID_RULE + r"\Z")
+
+SHARED = Namespace("shared", "shared_")
+
+
+def check_agent_id(agent_id: object) -> str:
+    """Return `agent_id` if it follows the rule, else raise `InvalidAgentId` saying the rule."""
+    if not isinstance(agent_id, str) or not _AGENT_ID.match(agent_id):
+        shown = repr(agent_id)[:80]
+        raise InvalidAgentId(
+            f"invalid agent id {shown}: an agent id is 1–63 characters of lower-case a–z, digits "
+            "and '-', starting with a letter or digit (no '_', no upper case)"
+        )
+    return agent_id
+
+
+def private_namespace(agent_id: str) -> Namespace:
+    """The namespace of `agent_id`'s private tables: ``private_<agent_id>_*``."""
+    check_agent_id(agent_id)
+    return Namespace(f"private:{agent_id}", f"private_{agent_id}_")

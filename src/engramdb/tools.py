@@ -1,0 +1,133 @@
+"""Agent tools over memory scopes, with specs any function-calling LLM framework can take.
+
+Each tool is a plain function ``tool(..., ctx) -> str`` that never raises to the model: a refusal
+or failure comes back as a message saying what was wrong, that nothing changed, and what to do.
+
+`ctx` is where the caller's scope comes from. It may be a `MemoryScope`, an object with a
+``scope`` attribute, an object whose ``deps`` has one (as pydantic-ai's ``RunContext`` does), or
+an object with ``shared`` and ``private`` scopes (an agent handle); with both, the statement goes
+to the scope that owns the table it names (each scope still enforces its own namespace).
+
+Example (OpenAI-style tools)::
+
+    tools = [MEMORY_SCHEMA_TOOL.as_openai(), LIST_MEMORY_TABLES_TOOL.as_openai()]
+    ...
+    reply = memory_schema(sql=call.arguments["sql"], ctx=shared_scope)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engramdb.errors import CallerError, EngramError
+from engramdb.scopes.classify import classify
+from engramdb.scopes.scope import MemoryScope
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """Name, description and JSON Schema of a tool's arguments (without the injected `ctx`)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def as_openai(self) -> dict[str, Any]:
+        """The OpenAI / LiteLLM ``tools=[…]`` entry."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def as_anthropic(self) -> dict[str, Any]:
+        """The Anthropic Messages API ``tools=[…]`` entry."""
+        return {"name": self.name, "description": self.description, "input_schema": self.parameters}
+
+
+MEMORY_SCHEMA_TOOL = ToolSpec(
+    name="memory_schema",
+    description=(
+        "Change the schema of your memory tables. Allowed: CREATE TABLE, CREATE INDEX, "
+        "ALTER TABLE … ADD COLUMN. Shared tables are named shared_<name>; your private tables "
+        "private_<your agent id>_<name>. One statement per call. Returns what happened or why it was "
+        "refused."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "sql": {
+                "type": "string",
+                "description": "One CREATE TABLE, CREATE INDEX or ALTER TABLE … ADD COLUMN statement.",
+            }
+        },
+        "required": ["sql"],
+        "additionalProperties": False,
+    },
+)
+
+LIST_MEMORY_TABLES_TOOL = ToolSpec(
+    name="list_memory_tables",
+    description="List the memory tables you can use (shared and your private ones).",
+    parameters={"type": "object", "properties": {}, "additionalProperties": False},
+)
+
+
+def tool_specs() -> list[ToolSpec]:
+    """The specs of every tool in this module."""
+    return [MEMORY_SCHEMA_TOOL, LIST_MEMORY_TABLES_TOOL]
+
+
+def _scopes(ctx: Any) -> list[MemoryScope]:
+    if isinstance(ctx, MemoryScope):
+        return [ctx]
+    for holder in (ctx, getattr(ctx, "deps", None)):
+        scope = getattr(holder, "scope", None)
+        if isinstance(scope, MemoryScope):
+            return [scope]
+        pair = [getattr(holder, "shared", None), getattr(holder, "private", None)]
+        found = [s for s in pair if isinstance(s, MemoryScope)]
+        if found:
+            return found
+    raise TypeError("ctx must be a MemoryScope, or carry one as .scope, .deps.scope, or .shared/.private")
+
+
+def _describe(exc: EngramError) -> str:
+    kind = type(exc).__name__
+    advice = "Adapt the statement and call the tool again." if isinstance(exc, CallerError) else "Try again later."
+    return f"REFUSED ({kind}): {exc}. Nothing was changed. {advice}"
+
+
+def memory_schema(sql: str, ctx: Any) -> str:
+    """Run one safelisted schema statement in the caller's scope; return a message for the model."""
+    try:
+        scopes = _scopes(ctx)
+        stmt = classify(sql)
+        if not stmt.kind.is_ddl:
+            return (
+                "REFUSED: memory_schema only changes schema (CREATE TABLE, CREATE INDEX, ALTER TABLE … "
+                "ADD COLUMN); reads and writes of rows go through your query tools. Nothing was changed."
+            )
+        table = (stmt.table or "").removeprefix("main.")
+        scope = next((s for s in scopes if s.namespace.owns(table)), scopes[0])
+        before = set(scope.list_tables())
+        scope.execute(sql)
+        tables = scope.list_tables()
+        created = sorted(set(tables) - before)
+        what = f"created {', '.join(created)}" if created else f"{stmt.kind.value} applied"
+        return f"OK: {what} in scope '{scope.label}'. Tables in this scope: {', '.join(tables) or '(none)'}."
+    except EngramError as exc:
+        return _describe(exc)
+    except Exception as exc:  # the model must get a message, never a traceback
+        return f"ERROR ({type(exc).__name__}): the tool failed: {exc}. Nothing was changed."
+
+
+def list_memory_tables(ctx: Any) -> str:
+    """The tables the caller can use, one line per scope; never raises."""
+    try:
+        lines = [f"{s.label}: {', '.join(s.list_tables()) or '(no tables yet)'}" for s in _scopes(ctx)]
+        return "\n".join(lines)
+    except EngramError as exc:
+        return _describe(exc)
+    except Exception as exc:
+        return f"ERROR ({type(exc).__name__}): the tool failed: {exc}."

@@ -34,7 +34,7 @@ def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     (tmp_path / "engramdb.toml").write_text('[memory]\ndb_path = ".engramdb/memory.db"\n')
     namespace: dict[str, object] = {}
     for block in _blocks():
-        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
+        exec(compile(block, str(README), "exec"), namespace)
     engine = namespace.get("engine")
     if engine is not None:
         engine.close()  # type: ignore[attr-defined]

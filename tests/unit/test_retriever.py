@@ -129,3 +129,53 @@ def test_semantic_ranking_with_an_injected_embedder(tmp_path: object) -> None:
     ranked = r.rank("cat")
     assert ranked[0].content == "my cat purrs" and all(x.content != "a kitten sleeps" for x in ranked)
     eng.close()
+
+
+def test_early_stopping_gives_the_same_top_rows_as_a_full_scan(engine: DynamicMemoryEngine) -> None:
+    import random
+
+    from engramdb.retrieval.keywords import hits, keywords, words
+
+    rng = random.Random(3)
+    vocab = [
+        "go",
+        "good",
+        "going",
+        "ago",
+        "deploy",
+        "deployed",
+        "key",
+        "keys",
+        "monkey",
+        "rotate",
+        "art",
+        "start",
+        "smart",
+    ]
+    rows = [(" ".join(rng.choices(vocab, k=rng.randint(1, 8))), rng.randint(0, 50)) for _ in range(3000)]
+    _table(engine, rows)
+    r = MemoryRetriever(scope=engine.get_shared_scope(), table="shared_notes", include_unmatched=False)
+    for _ in range(25):
+        q = " ".join(rng.choices(vocab, k=rng.randint(1, 4)))
+        kws = keywords(q)
+        brute = sorted(
+            ((hits(c, kws), ts, i + 1, c) for i, (c, ts) in enumerate(rows) if hits(c, kws)),
+            key=lambda x: (-x[0], -x[1], -x[2]),
+        )
+        seen: set[str] = set()
+        expected = []
+        for h, _, rid, c in brute:
+            key = " ".join(words(c))
+            if key not in seen:
+                seen.add(key)
+                expected.append((rid, h))
+        for limit in (1, 7, 40):
+            got = [(x.rowid, x.hits) for x in r.rank(q, limit=limit)]
+            assert got == expected[:limit], q
+
+
+def test_like_wildcards_in_keywords_are_literal_and_non_ascii_case_folds(engine: DynamicMemoryEngine) -> None:
+    _table(engine, [("the user_id column", 1), ("userXid is not it", 2), ("Über alles", 3), ("ÜBER CAPS", 4)])
+    r = MemoryRetriever(scope=engine.get_shared_scope(), table="shared_notes", include_unmatched=False)
+    assert [x.content for x in r.rank("user_id")] == ["the user_id column"]
+    assert {x.content for x in r.rank("über")} == {"Über alles", "ÜBER CAPS"}

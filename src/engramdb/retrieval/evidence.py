@@ -87,7 +87,11 @@ def clean_text(text: str, *, single_line: bool = False) -> str:
     With `single_line`, line breaks and tabs become spaces (for titles, tags and other fields).
     """
     text = unicodedata.normalize("NFKC", str(text))
-    text = "".join(ch for ch in text if _visible(ch)).translate(_DASHES)
+    # isprintable() is False for every Cf/Cc/Co/Cs/Cn character (and for separators other than
+    # the space), so the per-character filter runs only on text that needs it.
+    if not text.replace("\n", "").replace("\t", "").isprintable():
+        text = "".join(ch for ch in text if _visible(ch))
+    text = text.translate(_DASHES)
     text = text.replace("\t", " ")
     if single_line:
         text = " ".join(text.split())

@@ -143,7 +143,9 @@ STOPWORDS = frozenset(
 
 def words(text: str) -> list[str]:
     """Lower-cased word tokens of `text` (Unicode letters and digits), after NFKC."""
-    return _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    return _WORD.findall(text.lower())
 
 
 def keywords(query: str, *, limit: int = 16) -> list[str]:
@@ -162,3 +164,23 @@ def hits(text: str, kws: Iterable[str]) -> int:
     """How many of the keywords `kws` occur in `text` as whole words."""
     present = set(words(text))
     return sum(1 for k in kws if k in present)
+
+
+def stem(word: str) -> str:
+    """A light suffix-stripper so that cue overlap matches "rotates" with "rotate" and "keys" with "key".
+
+    Deliberately conservative (plural and -ing/-ed endings only); FTS5's Porter stemmer does the
+    heavy lifting for lexical candidates.
+    """
+    w = word
+    if len(w) > 4 and w.endswith("ies"):
+        w = w[:-3] + "y"
+    elif len(w) > 5 and w.endswith("ing"):
+        w = w[:-3]
+    elif (len(w) > 4 and w.endswith("ed")) or (len(w) > 3 and w.endswith("es") and w[-3] in "sxz"):
+        w = w[:-2]
+    elif len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        w = w[:-1]
+    if len(w) > 4 and w.endswith("e"):
+        w = w[:-1]
+    return w

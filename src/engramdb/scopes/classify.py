@@ -17,6 +17,7 @@ parameters. It never rewrites SQL.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -143,10 +144,13 @@ class Statement:
     #: True when a failure could leave part of the statement applied (OR FAIL, OR ROLLBACK), so
     #: the call must run inside its own savepoint; SQLite's statement atomicity covers the rest.
     needs_savepoint: bool = False
+    #: precomputed from `kind` so the per-call path does no enum work
+    is_ddl: bool = False
+    writes: bool = False
 
-    @property
-    def writes(self) -> bool:
-        return self.kind is not Kind.READ
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_ddl", self.kind.is_ddl)
+        object.__setattr__(self, "writes", self.kind is not Kind.READ)
 
 
 _NOT_DDL = {
@@ -268,7 +272,7 @@ def _first_verb_after_with(tokens: list[Token]) -> Kind:
 
 
 def classify(sql: str) -> Statement:
-    """Classify `sql`, which must be exactly one statement.
+    """Classify `sql`, which must be exactly one statement (cached: a pure function of the text).
 
     Raises `ForbiddenDDLError` for schema changes outside the safelist, `ScopeViolation` for
     statements a scope never runs (PRAGMA, ATTACH, transaction control, EXPLAIN), and
@@ -276,6 +280,11 @@ def classify(sql: str) -> Statement:
     """
     if not isinstance(sql, str):
         raise InvalidStatement(f"SQL must be a str, got {type(sql).__name__}")
+    return _classify(sql)
+
+
+@functools.lru_cache(maxsize=2048)
+def _classify(sql: str) -> Statement:
     tokens = list(tokenize(sql))
     if not tokens or (len(tokens) == 1 and tokens[0].text == ";"):
         raise InvalidStatement("the SQL is empty: pass exactly one statement")
@@ -314,3 +323,44 @@ def classify(sql: str) -> Statement:
     if tokens[0].type is TokenType.PUNCT and tokens[0].text == "(":
         return Statement(Kind.READ)  # (SELECT …) — SQLite rejects it, the error is SQLite's
     raise InvalidStatement(f"unrecognised statement starting with {tokens[0].text[:30]!r}")
+
+
+#: Words that may stand before "(" in a schema statement without being a function call.
+_STRUCTURAL = frozenset(
+    {"CHECK", "DEFAULT", "AS", "KEY", "UNIQUE", "ON", "TABLE", "EXISTS", "REFERENCES", "INDEX", "WHERE", "IN"}
+)
+
+
+def ddl_function_calls(sql: str) -> list[str]:
+    """Names called as functions in a schema statement (lower case).
+
+    Column DEFAULT, CHECK and generated-column expressions are compiled from the schema when rows
+    are written and are never shown to the authorizer, so their functions are checked here, when
+    the schema is made. A word before "(" is a function call unless it is a structural keyword,
+    the name of a table being defined or referenced, or a type name with numeric arguments
+    (``VARCHAR(20)``, ``NUMERIC(10, 2)``).
+    """
+    tokens = list(tokenize(sql))
+    calls: list[str] = []
+    for i, tok in enumerate(tokens[:-1]):
+        nxt = tokens[i + 1]
+        if tok.type is not TokenType.WORD or nxt.type is not TokenType.PUNCT or nxt.text != "(":
+            continue
+        prev = tokens[i - 1].upper if i > 0 else ""
+        named = ("TABLE", "EXISTS", "REFERENCES", "ON", "INDEX")
+        dotted = i > 2 and tokens[i - 1].text == "." and tokens[i - 3].upper in named
+        if tok.upper in _STRUCTURAL or prev in named or dotted:
+            continue
+        # A type name follows its column name (or another word of the type) and takes only
+        # numbers: NAME ( [+-]number [, [+-]number] ). A call after "(" or an operator is a call.
+        after_word = i > 0 and tokens[i - 1].type in (TokenType.WORD, TokenType.QUOTED) and prev not in _STRUCTURAL
+        j, numeric = i + 2, after_word
+        while j < len(tokens) and tokens[j].text != ")":
+            if tokens[j].type is not TokenType.NUMBER and tokens[j].text not in (",", "+", "-"):
+                numeric = False
+                break
+            j += 1
+        if numeric:
+            continue
+        calls.append(tok.text.lower())
+    return calls

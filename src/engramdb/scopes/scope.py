@@ -10,25 +10,28 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from engramdb.errors import ResourceLimitExceeded, ScopeViolation
-from engramdb.scopes.classify import Kind, Statement, classify
-from engramdb.scopes.policy import Namespace
+from engramdb.scopes.classify import Kind, Statement, classify, ddl_function_calls
+from engramdb.scopes.policy import ALLOWED_FUNCTIONS, Namespace, ascii_lower
 from engramdb.storage.sqlite import Conn, convert, translate
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
     from engramdb.storage.sqlite import SqliteStore
 
+_NEVER = float("inf")
+_monotonic = time.monotonic
+#: classification is a pure function of the SQL text; scopes share one bounded cache
+_STATEMENTS: dict[str, Statement] = {}
+
 Params: TypeAlias = Sequence[Any] | Mapping[str, Any] | None
 Row: TypeAlias = tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ExecResult:
+class ExecResult(NamedTuple):
     """What `MemoryScope.execute` did: rows changed, the last inserted rowid, and any rows returned."""
 
     rowcount: int
@@ -63,6 +66,8 @@ class MemoryScope:
         self._store = store
         self.namespace = namespace
         self._embedder = embedder
+        self._role = f"scope:{namespace.label}"
+        self._timeout = store.settings.statement_timeout
 
     @property
     def store(self) -> SqliteStore:
@@ -88,7 +93,7 @@ class MemoryScope:
         return f"MemoryScope({self.label!r})"
 
     def _conn(self) -> Conn:
-        return self._store.connection(f"scope:{self.label}", self.namespace)
+        return self._store.connection(self._role, self.namespace)
 
     # -- statements ---------------------------------------------------------------------------
 
@@ -98,8 +103,32 @@ class MemoryScope:
         Raises `ScopeViolation` or `ForbiddenDDLError` before anything executes when the
         statement reaches outside the namespace or the DDL safelist; a failed call changes nothing.
         """
-        stmt = classify(sql)
-        return self._run(sql, stmt, lambda raw: raw.execute(sql, () if params is None else params))
+        stmt = _STATEMENTS.get(sql) if isinstance(sql, str) else None
+        if stmt is None:
+            stmt = classify(sql)
+            if len(_STATEMENTS) >= 4096:
+                _STATEMENTS.clear()
+            _STATEMENTS[sql] = stmt
+        if stmt.is_ddl or stmt.needs_savepoint:
+            return self._run(sql, stmt, lambda raw: raw.execute(sql, () if params is None else params))
+        # The hot path, kept flat: SQLite's statement atomicity is all a failed call needs.
+        store = self._store
+        conn = store.thread_conns().get(self._role) or self._conn()
+        if stmt.writes and store.holder is not None:
+            store.check_write(conn)
+        policy = conn.policy
+        assert policy is not None
+        policy.statement = stmt.kind
+        policy.denial = None
+        conn.deadline = _monotonic() + self._timeout
+        try:
+            cur = conn.raw.execute(sql, () if params is None else params)
+            rows = cur.fetchall() if cur.description is not None else []
+        except sqlite3.Error as exc:
+            raise self._failure(exc, conn) from None
+        finally:
+            conn.deadline = _NEVER
+        return ExecResult(cur.rowcount, cur.lastrowid, rows)
 
     def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> ExecResult:
         """Run one DML statement for each parameter set, all or nothing."""
@@ -108,15 +137,50 @@ class MemoryScope:
             raise ScopeViolation("executemany() runs INSERT, REPLACE, UPDATE or DELETE statements only")
         return self._run(sql, stmt, lambda raw: raw.executemany(sql, seq_of_params), many=True)
 
+    def stream(self, sql: str, params: Params = None, *, batch: int = 256) -> Generator[list[Row], None, None]:
+        """Run one read and yield its rows in batches, so a caller can stop reading early.
+
+        The read holds its snapshot until the generator is exhausted or closed; close it (or
+        use it in a ``for`` loop that ends) before writing on this scope from the same thread.
+        """
+        stmt = classify(sql)
+        if stmt.kind is not Kind.READ:
+            raise ScopeViolation("stream() runs SELECT statements only")
+        conn = self._conn()
+        policy = conn.policy
+        assert policy is not None
+        policy.begin(stmt.kind)
+        conn.deadline = _monotonic() + self._timeout
+        cur = None
+        try:
+            cur = conn.raw.execute(sql, () if params is None else params)
+            while True:
+                rows = cur.fetchmany(batch)
+                if rows:
+                    yield rows
+                if len(rows) < batch:
+                    return
+        except sqlite3.Error as exc:
+            raise self._failure(exc, conn) from None
+        finally:
+            if cur is not None:
+                cur.close()
+            conn.deadline = _NEVER
+
     def query(self, sql: str, params: Params = None) -> list[Row]:
         """Run one statement and return its rows as tuples (``for a, b in scope.query(...)``)."""
         return self.execute(sql, params).rows
 
-    def _precheck(self, stmt: Statement) -> None:
-        """Refuse DDL names outside the namespace before SQLite can say "already exists"."""
+    def _precheck(self, sql: str, stmt: Statement) -> None:
+        """Refuse DDL names outside the namespace before SQLite can say "already exists", and
+        functions off the allowlist in expressions the authorizer never sees (DEFAULT, CHECK,
+        generated columns, index expressions)."""
         ns = self.namespace
         if not stmt.kind.is_ddl:
             return
+        for name in ddl_function_calls(sql):
+            if ascii_lower(name) not in ALLOWED_FUNCTIONS:
+                raise ScopeViolation(f"function {name}() is not on the allowlist of functions a scope may call")
         table = _bare(stmt.table)
         if table is None or not ns.owns(table):
             raise ScopeViolation(ns.rule())
@@ -130,34 +194,45 @@ class MemoryScope:
                 )
 
     def _run(self, sql: str, stmt: Statement, run: Any, *, many: bool = False) -> ExecResult:
-        self._precheck(stmt)
         store = self._store
         conn = self._conn()
-        assert conn.policy is not None
-        if stmt.writes:
+        policy = conn.policy
+        assert policy is not None
+        if stmt.is_ddl:
+            self._precheck(sql, stmt)
+        if stmt.writes and store.holder is not None:
             store.check_write(conn)
-        was_in_tx = conn.in_transaction
-        guarded = stmt.kind.is_ddl or stmt.needs_savepoint or many
-        conn.policy.begin(stmt.kind)
+        policy.begin(stmt.kind)
         conn.deadline = time.monotonic() + store.settings.statement_timeout
         try:
-            with store.atomic(conn) if guarded else contextlib.nullcontext():
+            if not (stmt.is_ddl or stmt.needs_savepoint or many):
+                # The common case: SQLite's statement atomicity is all a failed call needs.
                 try:
                     cur = run(conn.raw)
                     rows = cur.fetchall() if cur.description is not None else []
                 except sqlite3.Error as exc:
-                    raise convert(exc, conn) from None
-                if stmt.kind.is_ddl:
+                    raise self._failure(exc, conn) from None
+                return ExecResult(cur.rowcount, cur.lastrowid, rows)
+            with store.atomic(conn):
+                try:
+                    cur = run(conn.raw)
+                    rows = cur.fetchall() if cur.description is not None else []
+                except sqlite3.Error as exc:
+                    raise self._failure(exc, conn) from None
+                if stmt.is_ddl:
                     self._check_foreign_keys(conn, stmt)
             return ExecResult(cur.rowcount, cur.lastrowid, rows)
-        except ResourceLimitExceeded as exc:
-            if was_in_tx and not conn.in_transaction:
-                raise ResourceLimitExceeded(
-                    f"{exc}; SQLite rolled back this thread's whole open transaction, as it does for an interrupted write"
-                ) from None
-            raise
         finally:
-            conn.deadline = float("inf")
+            conn.deadline = _NEVER
+
+    def _failure(self, exc: sqlite3.Error, conn: Conn) -> Exception:
+        err = convert(exc, conn)
+        # An interrupted write makes SQLite roll back the whole transaction: say so.
+        if isinstance(err, ResourceLimitExceeded) and self._store.last_holder is conn and not conn.raw.in_transaction:
+            return ResourceLimitExceeded(
+                f"{err}; SQLite rolled back this thread's whole open transaction, as it does for an interrupted write"
+            )
+        return err
 
     def _check_foreign_keys(self, conn: Conn, stmt: Statement) -> None:
         """A foreign key into another namespace would let this scope probe its rows."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import sqlite3
 import tempfile
 import threading
@@ -23,6 +24,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engramdb.errors import (
     BackendError,
@@ -84,6 +86,8 @@ class _ThreadState(threading.local):
         self.conns: dict[str, Conn] = {}
         #: the connection of this thread that holds an explicit transaction, if any
         self.holder: Conn | None = None
+        #: the last connection that began one (to explain a transaction SQLite rolled back)
+        self.last: Conn | None = None
 
 
 class SqliteStore:
@@ -93,12 +97,13 @@ class SqliteStore:
         if settings.synchronous.upper() not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
         self.settings = settings
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self._cleanup: Any = None
         if str(path) == ":memory:":
             # Per-thread connections cannot share one in-memory database; a private temp file
-            # behaves the same and is removed on close().
-            self._tmpdir = tempfile.TemporaryDirectory(prefix="engramdb-")
-            path = Path(self._tmpdir.name) / "memory.db"
+            # behaves the same and is removed on close() (or when the store is collected).
+            tmpdir = tempfile.mkdtemp(prefix="engramdb-")
+            self._cleanup = weakref.finalize(self, shutil.rmtree, tmpdir, True)
+            path = Path(tmpdir) / "memory.db"
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._state = _ThreadState()
@@ -131,6 +136,10 @@ class SqliteStore:
             raw.close()
             raise BackendError(f"cannot open {self.path} as a SQLite database: {exc}") from None
         return raw
+
+    def thread_conns(self) -> dict[str, Conn]:
+        """This thread's open connections by role (for the scope's hot path)."""
+        return self._state.conns
 
     def connection(self, role: str, namespace: Namespace | None = None) -> Conn:
         """This thread's connection for `role`, opened and configured on first use."""
@@ -182,9 +191,14 @@ class SqliteStore:
     def holder(self) -> Conn | None:
         """The connection of the calling thread that holds an explicit transaction."""
         h = self._state.holder
-        if h is not None and not h.in_transaction:
+        if h is not None and not h.raw.in_transaction:
             self._state.holder = h = None  # SQLite ended it (e.g. an interrupted write)
         return h
+
+    @property
+    def last_holder(self) -> Conn | None:
+        """The connection that most recently began an explicit transaction on this thread."""
+        return self._state.last
 
     def check_write(self, conn: Conn) -> None:
         """Refuse a write that would wait forever on this thread's own open transaction."""
@@ -202,6 +216,7 @@ class SqliteStore:
         with conn.trusted() as raw, translate(conn):
             raw.execute("BEGIN IMMEDIATE")
         self._state.holder = conn
+        self._state.last = conn
 
     def commit(self, conn: Conn) -> None:
         if not conn.in_transaction:
@@ -209,6 +224,7 @@ class SqliteStore:
         with conn.trusted() as raw, translate(conn):
             raw.execute("COMMIT")
         self._state.holder = None
+        self._state.last = None
 
     def rollback(self, conn: Conn) -> None:
         """Roll back this thread's transaction on `conn`; a no-op when none is open."""
@@ -217,6 +233,7 @@ class SqliteStore:
                 raw.execute("ROLLBACK")
         if self._state.holder is conn:
             self._state.holder = None
+        self._state.last = None
 
     @contextlib.contextmanager
     def atomic(self, conn: Conn, *, immediate: bool = True) -> Iterator[None]:
@@ -265,8 +282,8 @@ class SqliteStore:
             with contextlib.suppress(sqlite3.Error):
                 conn.raw.close()
         self._state = _ThreadState()
-        if self._tmpdir is not None:
-            self._tmpdir.cleanup()
+        if self._cleanup is not None:
+            self._cleanup()
 
 
 # -- error translation ---------------------------------------------------------------------

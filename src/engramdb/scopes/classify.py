@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engramdb.errors import ForbiddenDDLError, InvalidStatement, ScopeViolation
 
@@ -144,6 +145,10 @@ class Statement:
     #: True when a failure could leave part of the statement applied (OR FAIL, OR ROLLBACK), so
     #: the call must run inside its own savepoint; SQLite's statement atomicity covers the rest.
     needs_savepoint: bool = False
+    #: identifiers (not string literals) that carry a namespace or reserved prefix, ASCII-lowered
+    reserved: frozenset[str] = frozenset()
+    #: a write behind WITH, whose row count the driver does not report
+    cte_write: bool = False
     #: precomputed from `kind` so the per-call path does no enum work
     is_ddl: bool = False
     writes: bool = False
@@ -252,6 +257,26 @@ def _classify_alter(tokens: list[Token]) -> Statement:
     raise _forbidden(f"ALTER TABLE … {action}".strip())
 
 
+#: Prefixes of names that belong to some namespace or to the engine or SQLite itself.
+RESERVED_PREFIXES = ("shared_", "private_", "engram_", "sqlite_", "pragma_")
+_RESERVED_NAMES = frozenset({"dbstat", "sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_sequence"})
+
+
+def _reserved_names(tokens: list[Token]) -> frozenset[str]:
+    """Identifiers shaped like another namespace's (or the engine's) objects.
+
+    A scope refuses any it does not own by name alone, before SQLite resolves anything, so
+    whether such an object exists never changes the answer ("no such column" vs "denied").
+    """
+    out = set()
+    for t in tokens:
+        if t.type in (TokenType.WORD, TokenType.QUOTED):
+            name = t.text.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
+            if name.startswith(RESERVED_PREFIXES) or name in _RESERVED_NAMES:
+                out.add(name)
+    return frozenset(out)
+
+
 def _first_verb_after_with(tokens: list[Token]) -> Kind:
     """The statement kind behind a ``WITH`` clause: the first DML/SELECT keyword at depth 0."""
     depth = 0
@@ -311,56 +336,26 @@ def _classify(sql: str) -> Statement:
         return_verb = f"{first} {obj}".strip()
         raise _forbidden(return_verb)
     if first == "CREATE":
-        return _classify_create(tokens)
+        return replace(_classify_create(tokens), reserved=_reserved_names(tokens))
     if first == "ALTER":
-        return _classify_alter(tokens)
+        return replace(_classify_alter(tokens), reserved=_reserved_names(tokens))
+    reserved = _reserved_names(tokens)
     if first in ("SELECT", "VALUES"):
-        return Statement(Kind.READ)
+        return Statement(Kind.READ, reserved=reserved)
     kind = _DML.get(first) or (_first_verb_after_with(tokens) if first == "WITH" else None)
     if kind is not None:
-        partial = any(t.upper in ("FAIL", "ROLLBACK") for t in tokens)
-        return Statement(kind, needs_savepoint=partial)
+        words = [t.upper for t in tokens]
+        if any(w == "OR" and nxt == "ROLLBACK" for w, nxt in itertools.pairwise(words)):
+            raise ScopeViolation(
+                "OR ROLLBACK is not allowed through a memory scope: it would end the caller's whole transaction; "
+                "use OR ABORT (the default) or OR FAIL, and scope.rollback() to undo a transaction"
+            )
+        return Statement(
+            kind,
+            reserved=reserved,
+            needs_savepoint="FAIL" in words and kind is Kind.WRITE,
+            cte_write=first == "WITH" and kind is Kind.WRITE,
+        )
     if tokens[0].type is TokenType.PUNCT and tokens[0].text == "(":
-        return Statement(Kind.READ)  # (SELECT …) — SQLite rejects it, the error is SQLite's
+        return Statement(Kind.READ, reserved=reserved)  # (SELECT …) — SQLite rejects it, the error is SQLite's
     raise InvalidStatement(f"unrecognised statement starting with {tokens[0].text[:30]!r}")
-
-
-#: Words that may stand before "(" in a schema statement without being a function call.
-_STRUCTURAL = frozenset(
-    {"CHECK", "DEFAULT", "AS", "KEY", "UNIQUE", "ON", "TABLE", "EXISTS", "REFERENCES", "INDEX", "WHERE", "IN"}
-)
-
-
-def ddl_function_calls(sql: str) -> list[str]:
-    """Names called as functions in a schema statement (lower case).
-
-    Column DEFAULT, CHECK and generated-column expressions are compiled from the schema when rows
-    are written and are never shown to the authorizer, so their functions are checked here, when
-    the schema is made. A word before "(" is a function call unless it is a structural keyword,
-    the name of a table being defined or referenced, or a type name with numeric arguments
-    (``VARCHAR(20)``, ``NUMERIC(10, 2)``).
-    """
-    tokens = list(tokenize(sql))
-    calls: list[str] = []
-    for i, tok in enumerate(tokens[:-1]):
-        nxt = tokens[i + 1]
-        if tok.type is not TokenType.WORD or nxt.type is not TokenType.PUNCT or nxt.text != "(":
-            continue
-        prev = tokens[i - 1].upper if i > 0 else ""
-        named = ("TABLE", "EXISTS", "REFERENCES", "ON", "INDEX")
-        dotted = i > 2 and tokens[i - 1].text == "." and tokens[i - 3].upper in named
-        if tok.upper in _STRUCTURAL or prev in named or dotted:
-            continue
-        # A type name follows its column name (or another word of the type) and takes only
-        # numbers: NAME ( [+-]number [, [+-]number] ). A call after "(" or an operator is a call.
-        after_word = i > 0 and tokens[i - 1].type in (TokenType.WORD, TokenType.QUOTED) and prev not in _STRUCTURAL
-        j, numeric = i + 2, after_word
-        while j < len(tokens) and tokens[j].text != ")":
-            if tokens[j].type is not TokenType.NUMBER and tokens[j].text not in (",", "+", "-"):
-                numeric = False
-                break
-            j += 1
-        if numeric:
-            continue
-        calls.append(tok.text.lower())
-    return calls

@@ -14,8 +14,8 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from engramdb.errors import ResourceLimitExceeded, ScopeViolation
-from engramdb.scopes.classify import Kind, Statement, classify, ddl_function_calls
-from engramdb.scopes.policy import ALLOWED_FUNCTIONS, Namespace, ascii_lower
+from engramdb.scopes.classify import Kind, Statement, classify
+from engramdb.scopes.policy import Namespace
 from engramdb.storage.sqlite import Conn, convert, translate
 
 if TYPE_CHECKING:
@@ -109,7 +109,9 @@ class MemoryScope:
             if len(_STATEMENTS) >= 4096:
                 _STATEMENTS.clear()
             _STATEMENTS[sql] = stmt
-        if stmt.is_ddl or stmt.needs_savepoint:
+        if stmt.reserved:
+            self._check_reserved(stmt)
+        if stmt.is_ddl or stmt.needs_savepoint or stmt.cte_write:
             return self._run(sql, stmt, lambda raw: raw.execute(sql, () if params is None else params))
         # The hot path, kept flat: SQLite's statement atomicity is all a failed call needs.
         store = self._store
@@ -146,6 +148,8 @@ class MemoryScope:
         stmt = classify(sql)
         if stmt.kind is not Kind.READ:
             raise ScopeViolation("stream() runs SELECT statements only")
+        if stmt.reserved:
+            self._check_reserved(stmt)
         conn = self._conn()
         policy = conn.policy
         assert policy is not None
@@ -171,16 +175,19 @@ class MemoryScope:
         """Run one statement and return its rows as tuples (``for a, b in scope.query(...)``)."""
         return self.execute(sql, params).rows
 
+    def _check_reserved(self, stmt: Statement) -> None:
+        """Names with another namespace's (or a reserved) prefix are refused by name alone."""
+        if any(not self.namespace.owns(name) for name in stmt.reserved):
+            raise ScopeViolation(
+                f"{self.namespace.rule()}; names with another namespace's or a reserved prefix "
+                "(shared_, private_, engram_, sqlite_, pragma_) cannot appear in this scope's SQL"
+            )
+
     def _precheck(self, sql: str, stmt: Statement) -> None:
-        """Refuse DDL names outside the namespace before SQLite can say "already exists", and
-        functions off the allowlist in expressions the authorizer never sees (DEFAULT, CHECK,
-        generated columns, index expressions)."""
+        """Refuse DDL names outside the namespace before SQLite can say "already exists"."""
         ns = self.namespace
         if not stmt.kind.is_ddl:
             return
-        for name in ddl_function_calls(sql):
-            if ascii_lower(name) not in ALLOWED_FUNCTIONS:
-                raise ScopeViolation(f"function {name}() is not on the allowlist of functions a scope may call")
         table = _bare(stmt.table)
         if table is None or not ns.owns(table):
             raise ScopeViolation(ns.rule())
@@ -198,6 +205,8 @@ class MemoryScope:
         conn = self._conn()
         policy = conn.policy
         assert policy is not None
+        if stmt.reserved:
+            self._check_reserved(stmt)
         if stmt.is_ddl:
             self._precheck(sql, stmt)
         if stmt.writes and store.holder is not None:
@@ -206,14 +215,18 @@ class MemoryScope:
         conn.deadline = time.monotonic() + store.settings.statement_timeout
         try:
             if not (stmt.is_ddl or stmt.needs_savepoint or many):
-                # The common case: SQLite's statement atomicity is all a failed call needs.
+                # SQLite's statement atomicity is all a failed call needs here.
+                before = conn.raw.total_changes
                 try:
                     cur = run(conn.raw)
                     rows = cur.fetchall() if cur.description is not None else []
                 except sqlite3.Error as exc:
                     raise self._failure(exc, conn) from None
-                return ExecResult(cur.rowcount, cur.lastrowid, rows)
+                # The driver reports no row count for a write behind WITH; the connection knows it.
+                rowcount = conn.raw.total_changes - before if stmt.cte_write else cur.rowcount
+                return ExecResult(rowcount, cur.lastrowid, rows)
             with store.atomic(conn):
+                before = conn.raw.total_changes
                 try:
                     cur = run(conn.raw)
                     rows = cur.fetchall() if cur.description is not None else []
@@ -221,7 +234,10 @@ class MemoryScope:
                     raise self._failure(exc, conn) from None
                 if stmt.is_ddl:
                     self._check_foreign_keys(conn, stmt)
-            return ExecResult(cur.rowcount, cur.lastrowid, rows)
+                    self._check_defaults(conn, stmt)
+            # The driver reports no row count for a write behind WITH; the connection knows it.
+            rowcount = conn.raw.total_changes - before if stmt.cte_write else cur.rowcount
+            return ExecResult(rowcount, cur.lastrowid, rows)
         finally:
             conn.deadline = _NEVER
 
@@ -233,6 +249,31 @@ class MemoryScope:
                 f"{err}; SQLite rolled back this thread's whole open transaction, as it does for an interrupted write"
             )
         return err
+
+    def _check_defaults(self, conn: Conn, stmt: Statement) -> None:
+        """Column DEFAULTs are compiled into later INSERTs and never shown to the authorizer, so each
+        one is prepared here, under this scope's policy, as ``SELECT (<default>) WHERE 0``:
+        SQLite itself reports every function the expression calls, and nothing is evaluated."""
+        if stmt.kind not in (Kind.CREATE_TABLE, Kind.ADD_COLUMN):
+            return
+        table = _bare(stmt.table)
+        with conn.trusted() as raw, translate(conn):
+            defaults = [
+                str(r[0])
+                for r in raw.execute(
+                    "SELECT dflt_value FROM pragma_table_xinfo(?) WHERE dflt_value IS NOT NULL", (table,)
+                )
+            ]
+        policy = conn.policy
+        assert policy is not None
+        for expr in defaults:
+            policy.begin(Kind.READ)
+            try:
+                conn.raw.execute(f"SELECT ({expr}) WHERE 0").fetchall()
+            except sqlite3.Error as exc:
+                raise self._failure(exc, conn) from None
+            finally:
+                policy.begin(stmt.kind)
 
     def _check_foreign_keys(self, conn: Conn, stmt: Statement) -> None:
         """A foreign key into another namespace would let this scope probe its rows."""

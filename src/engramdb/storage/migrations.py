@@ -37,9 +37,17 @@ def _m0002_row_vectors(db: sqlite3.Connection) -> None:
     )
 
 
+def _m0003_sequence(db: sqlite3.Connection) -> None:
+    # The first AUTOINCREMENT table makes SQLite create sqlite_sequence, a catalog shared by every
+    # namespace that no scope may touch. Creating it here, once, means a scope's AUTOINCREMENT
+    # table never has to, and whether it exists says nothing about other namespaces.
+    db.execute("CREATE TABLE IF NOT EXISTS engram_autoincrement (id INTEGER PRIMARY KEY AUTOINCREMENT)")
+
+
 MIGRATIONS: list[Migration] = [
     Migration(1, "meta", _m0001_meta),
     Migration(2, "row_vectors", _m0002_row_vectors),
+    Migration(3, "sqlite_sequence", _m0003_sequence),
 ]
 
 

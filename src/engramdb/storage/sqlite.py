@@ -183,6 +183,7 @@ class SqliteStore:
             return 1 if c is not None and time.monotonic() > c.deadline else 0
 
         raw.set_progress_handler(over_budget, 2000)
+        guard_printf(raw, policy, self.settings.max_value_bytes)
         return conn
 
     # -- transactions -----------------------------------------------------------------------
@@ -286,6 +287,51 @@ class SqliteStore:
             self._cleanup()
 
 
+# -- printf with bounded widths -------------------------------------------------------------
+
+_SPEC = re.compile(r"%[-+ 0#,!]*(\*|\d+)?(?:\.(\*|\d+))?[a-zA-Z%]")
+_side = threading.local()
+
+
+def guard_printf(raw: sqlite3.Connection, policy: Policy, limit: int) -> None:
+    """Replace printf() and format() on a scope connection with a bounded version.
+
+    SQLite's printf runs a huge width or precision (``printf('%.*c', 2000000000, 'x')``) as one C
+    call that no progress handler can interrupt: it ran for 16 s here before returning NULL. The
+    replacement refuses any width or precision above the value-size limit, then hands the call to
+    SQLite's own printf on a private in-memory connection, so results are identical.
+    """
+
+    def bounded(fmt: object, *args: object) -> object:
+        if isinstance(fmt, str) and "%" in fmt:
+            pos = 0
+            for m in _SPEC.finditer(fmt):
+                for part in (m.group(1), m.group(2)):
+                    if part is None:
+                        continue
+                    if part == "*":
+                        value = args[pos] if pos < len(args) else 0
+                        pos += 1
+                    else:
+                        value = int(part)
+                    if isinstance(value, (int, float)) and abs(value) > limit:
+                        policy.limit = (
+                            f"printf width or precision {int(value):,} exceeds the value-size limit of {limit:,} bytes"
+                        )
+                        raise ValueError(policy.limit)
+                if m.group(0)[-1] != "%":
+                    pos += 1
+        side = getattr(_side, "conn", None)
+        if side is None:
+            side = _side.conn = sqlite3.connect(":memory:")
+            side.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+        marks = ",".join("?" * (len(args) + 1))
+        return side.execute(f"SELECT printf({marks})", (fmt, *args)).fetchone()[0]
+
+    raw.create_function("printf", -1, bounded, deterministic=True)
+    raw.create_function("format", -1, bounded, deterministic=True)
+
+
 # -- error translation ---------------------------------------------------------------------
 
 _FOREIGNISH = re.compile(r"\b(?:[A-Za-z_]+\.)?((?:private|shared|engram|sqlite)_[\w$-]*)", re.IGNORECASE)
@@ -307,13 +353,19 @@ def convert(exc: sqlite3.Error, conn: Conn | None) -> EngramError:
     low = message.lower()
     policy = conn.policy if conn is not None else None
     if policy is not None:
+        if policy.limit is not None:
+            return ResourceLimitExceeded(policy.limit)
+        # A denial may be followed by another error that overwrites SQLite's message: the
+        # recorded denial wins, whatever the driver says.
+        if policy.denial is not None:
+            return ScopeViolation(policy.denial)
         if "not authorized" in low or "prohibited" in low or "vtable constructor failed" in low:
-            return ScopeViolation(policy.denial or policy.namespace.rule())
+            return ScopeViolation(policy.namespace.rule())
         if _leaks(policy.namespace, message):
             return ScopeViolation(policy.namespace.rule())
     if "interrupted" in low:
         return ResourceLimitExceeded("the statement ran past its time budget and was stopped")
-    if "too big" in low or "too large" in low or "too many" in low or "too deep" in low:
+    if any(s in low for s in ("too big", "too large", "too many", "too deep", "stack overflow")):
         return ResourceLimitExceeded(f"the statement exceeds a size limit: {message}")
     if isinstance(exc, sqlite3.IntegrityError):
         return ConstraintError(message)

@@ -3,6 +3,7 @@
 The public API is exactly what ``__all__`` lists; every other module is an implementation detail.
 """
 
+from engramdb.agent import Agent, MemoryVersion
 from engramdb.config import TeamMemoryConfig, load_config
 from engramdb.embeddings.base import Embedder
 from engramdb.engine import DynamicMemoryEngine, open_team_memory_engine
@@ -25,13 +26,30 @@ from engramdb.errors import (
     TransactionError,
     ValidationError,
 )
+from engramdb.memories.model import (
+    AccessRecord,
+    Channel,
+    Components,
+    Confidentiality,
+    Edge,
+    EdgeType,
+    Memory,
+    MemoryRef,
+    MemoryType,
+    TodoStatus,
+)
+from engramdb.memories.scoring import ScoringConfig
+from engramdb.observability.stats import Stats
 from engramdb.retrieval.budget import TokenCounter, approx_tokens
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
+from engramdb.retrieval.results import Explained, Explanation, Hit, Recall
 from engramdb.retrieval.retriever import MemoryRetriever, RetrievedRow
 from engramdb.scopes.scope import ExecResult, MemoryScope
 from engramdb.tools import (
     LIST_MEMORY_TABLES_TOOL,
     MEMORY_SCHEMA_TOOL,
+    RECALL_TOOL,
+    REMEMBER_TOOL,
     ToolSpec,
     list_memory_tables,
     memory_schema,
@@ -43,29 +61,49 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "LIST_MEMORY_TABLES_TOOL",
     "MEMORY_SCHEMA_TOOL",
+    "RECALL_TOOL",
+    "REMEMBER_TOOL",
+    "AccessRecord",
+    "Agent",
     "BackendError",
     "CallerError",
+    "Channel",
+    "Components",
+    "Confidentiality",
     "ConfigError",
     "ConstraintError",
     "DynamicMemoryEngine",
+    "Edge",
+    "EdgeType",
     "Embedder",
     "EngineFailure",
     "EngramError",
     "EvidenceItem",
     "ExecResult",
+    "Explained",
+    "Explanation",
     "ForbiddenDDLError",
+    "Hit",
     "InvalidAgentId",
     "InvalidStatement",
+    "Memory",
+    "MemoryRef",
     "MemoryRetriever",
     "MemoryScope",
+    "MemoryType",
+    "MemoryVersion",
     "MissingExtra",
     "NotFound",
+    "Recall",
     "ResourceLimitExceeded",
     "RetrievedRow",
     "SchemaVersionError",
     "ScopeViolation",
+    "ScoringConfig",
     "SqlError",
+    "Stats",
     "TeamMemoryConfig",
+    "TodoStatus",
     "TokenCounter",
     "ToolSpec",
     "TransactionError",

@@ -10,8 +10,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+import engramdb.memories.schema  # noqa: F401  (registers the memory tables' migration)
 from engramdb.config import TeamMemoryConfig, load_config
 from engramdb.errors import MissingExtra
+from engramdb.memories.scoring import ScoringConfig
+from engramdb.retrieval.recall import Recaller
 from engramdb.scopes.policy import ENGINE_PREFIX, ascii_lower
 from engramdb.scopes.scope import MemoryScope
 from engramdb.storage.migrations import migrate
@@ -19,7 +22,9 @@ from engramdb.storage.sqlite import SqliteSettings, SqliteStore, translate
 from engramdb.tenancy.ids import SHARED, private_namespace
 
 if TYPE_CHECKING:
+    from engramdb.agent import Agent
     from engramdb.embeddings.base import Embedder
+    from engramdb.retrieval.vector_channel import VectorChannel
 
 Clock = Callable[[], float]
 
@@ -45,6 +50,10 @@ class DynamicMemoryEngine:
         max_value_bytes: the largest string or blob a scope statement may build.
         synchronous: SQLite's ``synchronous`` setting; ``"NORMAL"`` (default) survives process
             crashes in WAL mode, ``"FULL"`` also power loss.
+        memory_embedder: the embedder of typed memories: ``"default"`` (the offline static model
+            when the ``memory`` extra is installed, else none), an `Embedder`, or None for
+            lexical-only recall.
+        scoring: the recall constants (`ScoringConfig`).
     """
 
     def __init__(
@@ -58,6 +67,8 @@ class DynamicMemoryEngine:
         statement_timeout: float = 5.0,
         max_value_bytes: int = 16 * 1024 * 1024,
         synchronous: str = "NORMAL",
+        memory_embedder: Embedder | str | None = "default",
+        scoring: ScoringConfig | None = None,
     ) -> None:
         settings = SqliteSettings(
             busy_timeout=busy_timeout,
@@ -75,6 +86,14 @@ class DynamicMemoryEngine:
         self._embedder_lock = threading.Lock()
         if enable_embeddings and embedder is None:
             self._embedder = self._default_embedder()
+        self.scoring = scoring or ScoringConfig()
+        self.memory_embedder = self._pick_memory_embedder(memory_embedder)
+        self._channel: VectorChannel | None = None
+        if self.memory_embedder is not None:
+            from engramdb.retrieval.vector_channel import VectorChannel
+
+            self._channel = VectorChannel(self.memory_embedder)
+        self.recaller = Recaller(self._store, self.clock, self.scoring, self.memory_embedder, self._channel)
         self._shared = MemoryScope(self._store, SHARED, lambda: self._embedder)
         self._private: dict[str, MemoryScope] = {}
 
@@ -85,6 +104,24 @@ class DynamicMemoryEngine:
         except ImportError:
             raise MissingExtra("enable_embeddings=True", "memory") from None
         return default_embedder()
+
+    def _pick_memory_embedder(self, choice: Embedder | str | None) -> Embedder | None:
+        if choice is None or not isinstance(choice, str):
+            return choice
+        if choice != "default":
+            raise ValueError('memory_embedder must be "default", an Embedder, or None')
+        if self._embedder is not None:
+            return self._embedder
+        try:
+            return self._default_embedder()
+        except MissingExtra:
+            return None  # lexical-only recall without the memory extra
+
+    def agent(self, agent_id: str, *, tenant: str = "default") -> Agent:
+        """The handle of agent `agent_id` in `tenant`: its table scopes and its memories."""
+        from engramdb.agent import Agent
+
+        return Agent(self, agent_id, tenant=tenant)
 
     @property
     def path(self) -> Path:

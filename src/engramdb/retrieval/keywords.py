@@ -184,3 +184,8 @@ def stem(word: str) -> str:
     if len(w) > 4 and w.endswith("e"):
         w = w[:-1]
     return w
+
+
+def cue_terms(*texts: str) -> str:
+    """The distinct stems of `texts`, space-separated and sorted: stored with each memory."""
+    return " ".join(sorted({stem(w) for t in texts for w in words(t)}))

@@ -302,7 +302,7 @@ def guard_printf(raw: sqlite3.Connection, policy: Policy, limit: int) -> None:
     SQLite's own printf on a private in-memory connection, so results are identical.
     """
 
-    def bounded(fmt: object, *args: object) -> object:
+    def bounded(fmt: object, *args: object) -> str | None:
         if isinstance(fmt, str) and "%" in fmt:
             pos = 0
             for m in _SPEC.finditer(fmt):
@@ -326,7 +326,8 @@ def guard_printf(raw: sqlite3.Connection, policy: Policy, limit: int) -> None:
             side = _side.conn = sqlite3.connect(":memory:")
             side.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
         marks = ",".join("?" * (len(args) + 1))
-        return side.execute(f"SELECT printf({marks})", (fmt, *args)).fetchone()[0]
+        result = side.execute(f"SELECT printf({marks})", (fmt, *args)).fetchone()[0]
+        return None if result is None else str(result)
 
     raw.create_function("printf", -1, bounded, deterministic=True)
     raw.create_function("format", -1, bounded, deterministic=True)

@@ -1,0 +1,532 @@
+"""The agent handle: what one agent may do with memories and tables in its tenant.
+
+``engine.agent("researcher")`` bundles the agent's private and shared table scopes with its typed
+memories: remember / get / update / link / recall / search / explain / stats, all filtered by
+what the agent may see (tenant, owner, confidentiality cap, validity, archival) inside the queries.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engramdb.errors import NotFound, ValidationError
+from engramdb.memories import model as mm
+from engramdb.memories.model import (
+    AccessRecord,
+    Channel,
+    Confidentiality,
+    Edge,
+    EdgeType,
+    Memory,
+    MemoryRef,
+    MemoryType,
+)
+from engramdb.memories.store import (
+    MEMORY_COLUMNS,
+    Touch,
+    Visibility,
+    access_records,
+    append_stream,
+    content_hash,
+    fts_delete,
+    fts_insert,
+    log_accesses,
+    next_change,
+    pack_times,
+    row_to_memory,
+)
+from engramdb.observability.stats import Stats, compute_stats
+from engramdb.retrieval.budget import approx_tokens
+from engramdb.retrieval.keywords import cue_terms
+from engramdb.retrieval.recall import explained_from_json
+from engramdb.retrieval.results import Explanation, Recall
+from engramdb.storage.sqlite import translate
+from engramdb.tenancy.ids import check_agent_id
+
+if TYPE_CHECKING:
+    from engramdb.engine import DynamicMemoryEngine
+    from engramdb.scopes.scope import MemoryScope
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryVersion:
+    """An earlier content of a memory, kept when an update replaced it."""
+
+    version: int
+    title: str
+    content: str
+    changed_at: float
+    changed_by: str
+
+
+def _tenant_ok(tenant: object) -> str:
+    if not isinstance(tenant, str) or not tenant or len(tenant) > 128 or not tenant.isprintable():
+        raise ValidationError(f"tenant must be a non-empty printable string of at most 128 characters, got {tenant!r}")
+    return tenant
+
+
+class Agent:
+    """One agent's view of the engine: its table scopes and the memories it may see.
+
+    Example::
+
+        me = engine.agent("researcher")
+        m = me.remember("The deploy key rotates every Monday", type="info", importance=7, tags=["ops"])
+        hits = me.recall("when does the key rotate?", k=5)
+        print(hits.as_evidence(token_budget=300))
+        print(me.explain(hits.recall_id))
+    """
+
+    def __init__(self, engine: DynamicMemoryEngine, agent_id: str, *, tenant: str = "default") -> None:
+        self.engine = engine
+        self.agent_id = check_agent_id(agent_id)
+        self.tenant = _tenant_ok(tenant)
+        self.shared: MemoryScope = engine.get_shared_scope()
+        self.private: MemoryScope = engine.get_private_scope(agent_id)
+        self.cap = Confidentiality.RESTRICTED
+        self.floor = Confidentiality.PUBLIC
+
+    def __repr__(self) -> str:
+        return f"Agent({self.agent_id!r}, tenant={self.tenant!r})"
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _db(self) -> Any:
+        return self.engine.store.connection("engine")
+
+    def _vis(self, *, as_of: float | None = None, include_archived: bool = False) -> Visibility:
+        return Visibility(self.tenant, self.agent_id, self.cap, as_of, include_archived=include_archived)
+
+    def _row(self, db: sqlite3.Connection, memory_id: object, vis: Visibility | None = None) -> tuple[Any, ...]:
+        """The visible row of `memory_id`, or `NotFound` — the same for missing and invisible ids."""
+        if not isinstance(memory_id, str):
+            raise NotFound(f"no memory {memory_id!r} is visible to agent {self.agent_id}")
+        vis = vis or self._vis(include_archived=True)
+        pred, params = vis.sql("m")
+        row = db.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM engram_memories m WHERE m.id = :id AND {pred}",  # noqa: S608
+            dict(params, id=memory_id),
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no memory {memory_id!r} is visible to agent {self.agent_id}")
+        return tuple(row)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def remember(
+        self,
+        content: str,
+        *,
+        type: MemoryType | str = MemoryType.INFO,
+        importance: float = 5.0,
+        salience: float = 0.0,
+        confidence: float = 1.0,
+        tags: Iterable[str] | None = None,
+        entities: Iterable[str] | None = None,
+        title: str = "",
+        refs: Iterable[MemoryRef] | None = None,
+        valid_from: float | None = None,
+        valid_to: float | None = None,
+        shared: bool = False,
+        status: str | None = None,
+        created_at: float | None = None,
+        confidentiality: Confidentiality | int | None = None,
+    ) -> Memory:
+        """Store one memory and return it. Private to this agent unless `shared`.
+
+        Raises `ValidationError` (nothing written) for empty content, an unknown type, scores out
+        of range, a status on a non-todo, or validity that ends before it starts.
+        """
+        return self.remember_many(
+            [
+                dict(
+                    content=content, type=type, importance=importance, salience=salience, confidence=confidence, tags=tags,
+                    entities=entities, title=title, refs=refs, valid_from=valid_from, valid_to=valid_to, shared=shared,
+                    status=status, created_at=created_at, confidentiality=confidentiality,
+                )
+            ]
+        )[0]  # fmt: skip
+
+    def _prepare(self, item: Mapping[str, Any], now: float) -> dict[str, Any]:
+        known = {
+            "content", "type", "importance", "salience", "confidence", "tags", "entities", "title", "refs",
+            "valid_from", "valid_to", "shared", "status", "created_at", "confidentiality",
+        }  # fmt: skip
+        unknown = set(item) - known
+        if unknown:
+            raise ValidationError(f"unknown memory field(s): {', '.join(sorted(unknown))}")
+        content = mm.check_content(item.get("content"))
+        mtype = mm.check_type(item.get("type", MemoryType.INFO))
+        imp, sal, conf = mm.check_scores(
+            item.get("importance", 5.0), item.get("salience", 0.0), item.get("confidence", 1.0)
+        )
+        status = mm.check_status(mtype, item.get("status"))
+        vfrom, vto = mm.check_validity(item.get("valid_from"), item.get("valid_to"))
+        title = item.get("title") or ""
+        if not isinstance(title, str):
+            raise ValidationError(f"title must be a str, got {type(title).__name__}")
+        refs = tuple(item.get("refs") or ())
+        if any(not isinstance(r, MemoryRef) for r in refs):
+            raise ValidationError("refs must be MemoryRef values")
+        created = item.get("created_at")
+        if created is None:
+            created = now
+        elif isinstance(created, bool) or not isinstance(created, (int, float)):
+            raise ValidationError(f"created_at must be epoch seconds, got {created!r}")
+        level = item.get("confidentiality")
+        level = self.floor if level is None else self._level(level)
+        return {
+            "content": content,
+            "type": mtype,
+            "scores": (imp, sal, conf),
+            "status": status,
+            "validity": (vfrom, vto),
+            "title": title,
+            "tags": mm.check_labels("tags", item.get("tags")),
+            "entities": mm.check_labels("entities", item.get("entities")),
+            "refs": refs,
+            "owner": "" if item.get("shared") else self.agent_id,
+            "created_at": float(created),
+            "level": max(level, self.floor),
+        }
+
+    @staticmethod
+    def _level(value: object) -> Confidentiality:
+        try:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError
+            return Confidentiality(value)
+        except ValueError:
+            raise ValidationError(f"unknown confidentiality level {value!r}; use 0–3 or a Confidentiality") from None
+
+    def remember_many(self, items: Iterable[Mapping[str, Any]]) -> list[Memory]:
+        """Store many memories in one transaction (all or nothing); each item takes `remember`'s arguments."""
+        now = self.engine.clock()
+        prepared = [self._prepare(item, now) for item in items]
+        if not prepared:
+            return []
+        embedder = self.engine.memory_embedder
+        vectors = (
+            embedder.embed([p["content"] if not p["title"] else f"{p['title']}. {p['content']}" for p in prepared])
+            if embedder
+            else None
+        )
+        conn = self._db()
+        out: list[Memory] = []
+        ns: list[int] = []
+        ring = pack_times([now])  # creation is the first deliberate access
+        with self.engine.store.atomic(conn), translate(conn):
+            db = conn.raw
+            change = next_change(db)
+            for i, p in enumerate(prepared):
+                memory = Memory(
+                    id=f"{self.agent_id}:{secrets.token_hex(8)}", tenant=self.tenant, owner=p["owner"], author=self.agent_id,
+                    type=p["type"], title=p["title"], content=p["content"], tags=p["tags"], entities=p["entities"],
+                    n_chars=len(p["content"]), n_tokens=approx_tokens(p["content"]), n_sentences=mm.count_sentences(p["content"]),
+                    importance=p["scores"][0], salience=p["scores"][1], confidence=p["scores"][2],
+                    confidentiality=p["level"], created_at=p["created_at"], recorded_at=now, valid_from=p["validity"][0],
+                    valid_to=p["validity"][1], status=p["status"], refs=p["refs"], last_access=now, access_count=1,
+                    recent_accesses=(now,),
+                )  # fmt: skip
+                tags = json.dumps(list(memory.tags))
+                cur = db.execute(
+                    "INSERT INTO engram_memories (id, tenant, owner, author, type, title, content, tags, entities, n_chars, n_tokens, "
+                    "n_sentences, importance, salience, confidence, confidentiality, created_at, recorded_at, valid_from, valid_to, "
+                    "status, refs, content_hash, terms, ring, access_count, last_access, changed) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        memory.id, memory.tenant, memory.owner, memory.author, memory.type.value, memory.title, memory.content,
+                        tags, json.dumps(list(memory.entities)), memory.n_chars, memory.n_tokens, memory.n_sentences,
+                        memory.importance, memory.salience, memory.confidence, int(memory.confidentiality), memory.created_at,
+                        now, memory.valid_from, memory.valid_to, memory.status.value if memory.status else None,
+                        json.dumps([r.to_json() for r in memory.refs]), content_hash(memory.content),
+                        cue_terms(memory.title, memory.content, *memory.tags), ring, 1, now, change,
+                    ),
+                )  # fmt: skip
+                n = int(cur.lastrowid or 0)
+                fts_insert(db, n, memory.title, memory.content, " ".join(memory.tags))
+                if vectors is not None and embedder is not None:
+                    db.execute("INSERT INTO engram_vectors VALUES (?, ?, ?)", (n, embedder.name, vectors[i].tobytes()))
+                out.append(memory)
+                ns.append(n)
+            append_stream(
+                db, [Touch(n, Channel.CREATED) for n in ns], now=now, tenant=self.tenant, reader=self.agent_id
+            )
+        return out
+
+    def get(self, memory_id: str, *, touch: bool = True) -> Memory:
+        """The memory `memory_id` if this agent may see it, else `NotFound`.
+
+        A get is a deliberate read (channel ``deref``): it is logged and reinforces the memory,
+        unless `touch` is False.
+        """
+        conn = self._db()
+        with translate(conn):
+            row = self._row(conn.raw, memory_id)
+            if not touch:
+                return row_to_memory(row)
+            with self.engine.store.atomic(conn):
+                log_accesses(
+                    conn.raw, [Touch(int(row[0]), Channel.DEREF)], now=self.engine.clock(), tenant=self.tenant,
+                    reader=self.agent_id, ring_size=self.engine.scoring.ring_size,
+                )  # fmt: skip
+            return row_to_memory(self._row(conn.raw, memory_id))
+
+    def update(
+        self,
+        memory_id: str,
+        *,
+        content: str | None = None,
+        title: str | None = None,
+        importance: float | None = None,
+        salience: float | None = None,
+        confidence: float | None = None,
+        status: str | None = None,
+        tags: Iterable[str] | None = None,
+    ) -> Memory:
+        """Change a memory this agent may write (its own, or a shared one of its tenant).
+
+        A content or title change keeps the previous version reachable through `history`.
+        """
+        conn = self._db()
+        now = self.engine.clock()
+        with translate(conn):
+            current = row_to_memory(self._row(conn.raw, memory_id))
+        if current.owner not in ("", self.agent_id):
+            raise NotFound(f"no memory {memory_id!r} is visible to agent {self.agent_id}")
+        imp, sal, conf = mm.check_scores(
+            current.importance if importance is None else importance,
+            current.salience if salience is None else salience,
+            current.confidence if confidence is None else confidence,
+        )
+        new_status = current.status if status is None else mm.check_status(current.type, status)
+        if status is not None and current.type is not MemoryType.TODO:
+            mm.check_status(current.type, status)
+        new_content = current.content if content is None else mm.check_content(content)
+        new_title = current.title if title is None else title
+        new_tags = current.tags if tags is None else mm.check_labels("tags", tags)
+        text_changed = new_content != current.content or new_title != current.title or new_tags != current.tags
+        embedder = self.engine.memory_embedder
+        vec = None
+        if embedder is not None and (new_content != current.content or new_title != current.title):
+            vec = embedder.embed([new_content if not new_title else f"{new_title}. {new_content}"])[0]
+        with self.engine.store.atomic(conn), translate(conn):
+            db = conn.raw
+            n = int(self._row(db, memory_id)[0])
+            change = next_change(db)
+            version = current.version
+            if new_content != current.content or new_title != current.title:
+                db.execute(
+                    "INSERT INTO engram_versions VALUES (?, ?, ?, ?, ?, ?)",
+                    (n, current.version, current.title, current.content, now, self.agent_id),
+                )
+                version += 1
+            if text_changed:
+                fts_delete(db, n, current.title, current.content, " ".join(current.tags))
+                fts_insert(db, n, new_title, new_content, " ".join(new_tags))
+            db.execute(
+                "UPDATE engram_memories SET content = ?, title = ?, tags = ?, importance = ?, salience = ?, confidence = ?, "
+                "status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, terms = ?, changed = ? "
+                "WHERE n = ?",
+                (
+                    new_content, new_title, json.dumps(list(new_tags)), imp, sal, conf,
+                    new_status.value if new_status else None, version, len(new_content), approx_tokens(new_content),
+                    mm.count_sentences(new_content), content_hash(new_content), cue_terms(new_title, new_content, *new_tags),
+                    change, n,
+                ),
+            )  # fmt: skip
+            if vec is not None and embedder is not None:
+                db.execute("INSERT OR REPLACE INTO engram_vectors VALUES (?, ?, ?)", (n, embedder.name, vec.tobytes()))
+            return row_to_memory(self._row(db, memory_id))
+
+    def history(self, memory_id: str) -> list[MemoryVersion]:
+        """Earlier versions of a memory, oldest first (the current one is `get`)."""
+        conn = self._db()
+        with translate(conn):
+            n = int(self._row(conn.raw, memory_id)[0])
+            rows = conn.raw.execute(
+                "SELECT version, title, content, changed_at, changed_by FROM engram_versions WHERE n = ? ORDER BY version",
+                (n,),
+            ).fetchall()
+        return [MemoryVersion(*r) for r in rows]
+
+    def link(self, source: str, target: str, edge_type: EdgeType | str = EdgeType.RELATED, weight: float = 1.0) -> Edge:
+        """Add a typed edge between two memories this agent can see (same tenant)."""
+        etype = mm.check_edge_type(edge_type)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+            raise ValidationError(f"weight must be a number in (0, 1], got {weight!r}")
+        if source == target:
+            raise ValidationError("a memory cannot be linked to itself")
+        conn = self._db()
+        now = self.engine.clock()
+        with self.engine.store.atomic(conn), translate(conn):
+            a = int(self._row(conn.raw, source)[0])
+            b = int(self._row(conn.raw, target)[0])
+            conn.raw.execute(
+                "INSERT OR REPLACE INTO engram_edges VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (a, b, etype.value, float(weight), self.tenant, now, self.agent_id),
+            )
+        return Edge(source, target, etype, float(weight), now)
+
+    def edges(self, memory_id: str) -> list[Edge]:
+        """The edges touching a memory whose other end this agent can also see."""
+        conn = self._db()
+        pred, params = self._vis(include_archived=True).sql("o")
+        with translate(conn):
+            n = int(self._row(conn.raw, memory_id)[0])
+            rows = conn.raw.execute(
+                "SELECT s.id, d.id, e.type, e.weight, e.created_at FROM engram_edges e "  # noqa: S608
+                "JOIN engram_memories s ON s.n = e.src JOIN engram_memories d ON d.n = e.dst "
+                f"JOIN engram_memories o ON o.n = CASE WHEN e.src = :n THEN e.dst ELSE e.src END "
+                f"WHERE (e.src = :n OR e.dst = :n) AND {pred} ORDER BY e.created_at",
+                dict(params, n=n),
+            ).fetchall()
+        return [Edge(s, d, EdgeType(t), w, c) for s, d, t, w, c in rows]
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _types(self, types: Iterable[MemoryType | str] | None) -> frozenset[MemoryType] | None:
+        if types is None:
+            return None
+        if isinstance(types, str):
+            types = [types]
+        return frozenset(mm.check_type(t) for t in types)
+
+    def _check_k(self, k: object, hops: object) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
+            raise ValidationError(f"k must be an integer from 1 to 1000, got {k!r}")
+        if isinstance(hops, bool) or not isinstance(hops, int) or not 0 <= hops <= 5:
+            raise ValidationError(f"hops must be an integer from 0 to 5, got {hops!r}")
+
+    def recall(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        hops: int = 1,
+        types: Iterable[MemoryType | str] | None = None,
+        channel: Channel | str = Channel.RECALLED,
+        trace_ref: str | None = None,
+        as_of: float | None = None,
+    ) -> Recall:
+        """The `k` memories most worth recalling for `query`, with spreading over `hops` edges.
+
+        Deliberate channels (``recalled``, ``searched``) log the access and reinforce the hits;
+        ``injected`` logs without reinforcing. `as_of` recalls what was valid at that time.
+        """
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a str, got {type(query).__name__}")
+        self._check_k(k, hops)
+        try:
+            ch = Channel(channel)
+        except ValueError:
+            raise ValidationError(f"unknown channel {channel!r}; use recalled, searched or injected") from None
+        if ch not in (Channel.RECALLED, Channel.SEARCHED, Channel.INJECTED):
+            raise ValidationError(f"recall logs on recalled, searched or injected, not {ch.value}")
+        recall, _ = self.engine.recaller.run(
+            query, vis=self._vis(as_of=as_of), k=k, hops=hops, types=self._types(types), channel=ch,
+            trace_ref=trace_ref, dry_run=False,
+        )  # fmt: skip
+        return recall
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        types: Iterable[MemoryType | str] | None = None,
+        trace_ref: str | None = None,
+        as_of: float | None = None,
+    ) -> Recall:
+        """Like `recall` without spreading activation, logged on the ``searched`` channel."""
+        return self.recall(query, k=k, hops=0, types=types, channel=Channel.SEARCHED, trace_ref=trace_ref, as_of=as_of)
+
+    def explain(
+        self,
+        recall_or_query: Recall | str,
+        *,
+        k: int = 5,
+        hops: int = 1,
+        types: Iterable[MemoryType | str] | None = None,
+        as_of: float | None = None,
+    ) -> Explanation:
+        """Why a recall ranked what it did.
+
+        Given a `Recall` or a recall id (``"rc_…"``) made by this agent, replays it from the
+        access stream. Given any other text, runs a dry recall for it that touches nothing.
+        Both include the best candidates just below the cut.
+        """
+        if not isinstance(recall_or_query, (Recall, str)):
+            raise ValidationError(
+                f"explain() takes a Recall or a str (recall id or query), got {type(recall_or_query).__name__}"
+            )
+        rid = recall_or_query.recall_id if isinstance(recall_or_query, Recall) else recall_or_query
+        if isinstance(rid, str) and rid.startswith("rc_"):
+            found = self._replay(rid)
+            if found is not None:
+                return found
+        if isinstance(recall_or_query, Recall):
+            raise NotFound("that recall was a dry run or belongs to another agent; nothing to replay")
+        self._check_k(k, hops)
+        _, explanation = self.engine.recaller.run(
+            recall_or_query, vis=self._vis(as_of=as_of), k=k, hops=hops, types=self._types(types),
+            channel=Channel.RECALLED, trace_ref=None, dry_run=True,
+        )  # fmt: skip
+        return explanation
+
+    def _replay(self, recall_id: str) -> Explanation | None:
+        conn = self._db()
+        with translate(conn):
+            row = conn.raw.execute(
+                "SELECT ts, query, params, near_misses FROM engram_recalls WHERE recall_id = ? AND tenant = ? AND reader = ?",
+                (recall_id, self.tenant, self.agent_id),
+            ).fetchone()
+        if row is None:
+            return None
+        ts, query, params_json, near_json = row
+        params = json.loads(params_json)
+        return Explanation(
+            recall_id=recall_id,
+            query=query,
+            reader=self.agent_id,
+            ts=ts,
+            k=params["k"],
+            hops=params["hops"],
+            hits=tuple(explained_from_json(h) for h in params["hits"]),
+            near_misses=tuple(explained_from_json(h) for h in json.loads(near_json)),
+            weights=params["weights"],
+        )
+
+    def accesses(self, memory_id: str) -> list[AccessRecord]:
+        """The full access stream of a memory, oldest first."""
+        conn = self._db()
+        with translate(conn):
+            n = int(self._row(conn.raw, memory_id)[0])
+            return access_records(conn.raw, "a.n = ?", (n,))
+
+    def stats(self) -> Stats:
+        """Usage statistics over the memories this agent can see (see `Stats`)."""
+        conn = self._db()
+        with translate(conn):
+            return compute_stats(conn.raw, self._vis(include_archived=True))
+
+    def memories(
+        self, *, types: Sequence[MemoryType | str] | None = None, include_archived: bool = False
+    ) -> list[Memory]:
+        """Every memory this agent can see, oldest first (no access is logged)."""
+        vis = self._vis(include_archived=include_archived)
+        pred, params = vis.sql("m")
+        wanted = self._types(types)
+        conn = self._db()
+        with translate(conn):
+            rows = conn.raw.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM engram_memories m WHERE {pred} ORDER BY m.n",  # noqa: S608 - engine-built fragments, values bound
+                params,
+            ).fetchall()
+        out = [row_to_memory(r) for r in rows]
+        return [m for m in out if wanted is None or m.type in wanted]

@@ -1,0 +1,271 @@
+"""The memory record and its parts: types, edges, references, access records, validation."""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engramdb.errors import ValidationError
+
+
+class MemoryType(enum.StrEnum):
+    """What kind of thing a memory is."""
+
+    INFO = "info"  # a fact or observation
+    SKILL = "skill"  # how to do something (protected from pruning)
+    EPISODE = "episode"  # something that happened
+    INTENT = "intent"  # prospective: when X occurs, do Y
+    TODO = "todo"  # a commitment with a status
+    REFLECTION = "reflection"  # a gist distilled from other memories
+    SCRATCH = "scratch"  # working notes
+
+
+class EdgeType(enum.StrEnum):
+    """How two memories relate; causal edges spread activation at full weight, others at 0.6."""
+
+    DERIVED_FROM = "derived_from"  # causal provenance
+    CREATED_BY = "created_by"  # causal provenance
+    SUPPORTS = "supports"  # evidential
+    CONTRADICTS = "contradicts"  # evidential
+    REFINES = "refines"  # this updates a prior memory
+    CAUSES = "causes"  # domain causality
+    PRECEDES = "precedes"  # temporal order
+    RELATED = "related"  # associative
+    PART_OF = "part_of"  # compositional
+
+    @property
+    def causal(self) -> bool:
+        return self in _CAUSAL
+
+
+_CAUSAL = frozenset({EdgeType.DERIVED_FROM, EdgeType.CREATED_BY, EdgeType.CAUSES})
+
+
+class Channel(enum.StrEnum):
+    """How a memory was accessed. Only deliberate channels count toward recency and strength."""
+
+    CREATED = "created"
+    RECALLED = "recalled"
+    SEARCHED = "searched"
+    INJECTED = "injected"  # shown by the harness, not asked for: never reinforces
+    REINFORCED = "reinforced"
+    DEREF = "deref"
+    REFLECTED = "reflected"
+
+    @property
+    def deliberate(self) -> bool:
+        return self in _DELIBERATE
+
+
+_DELIBERATE = frozenset({Channel.CREATED, Channel.RECALLED, Channel.SEARCHED, Channel.REINFORCED, Channel.DEREF})
+
+
+class TodoStatus(enum.StrEnum):
+    """The lifecycle of a todo: open, then done or dropped. Only todos carry a status."""
+
+    OPEN = "open"
+    DONE = "done"
+    DROPPED = "dropped"
+
+
+class Confidentiality(enum.IntEnum):
+    """Ordered levels: PUBLIC < INTERNAL < CONFIDENTIAL < RESTRICTED."""
+
+    PUBLIC = 0
+    INTERNAL = 1
+    CONFIDENTIAL = 2
+    RESTRICTED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRef:
+    """A pointer to something outside the memory (a file, a URL, a ticket) with a preview."""
+
+    kind: str
+    key: str
+    preview: str = ""
+    captured_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "key": self.key, "preview": self.preview, "captured_at": self.captured_at}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MemoryRef:
+        return cls(str(data["kind"]), str(data["key"]), str(data.get("preview", "")), data.get("captured_at"))
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A typed, weighted link from `source` to `target` (memory ids)."""
+
+    source: str
+    target: str
+    type: EdgeType
+    weight: float = 1.0
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """The parts of a recall score. Normalised values are in [0, 1] over the candidates."""
+
+    rel: float
+    rec: float
+    imp: float
+    spread: float = 0.0
+    cos: float = 0.0  # raw cosine of query and memory
+    cue: float = 0.0  # raw share of query keywords found in the memory
+    bm25: float = 0.0  # raw BM25 (higher is better), 0 when not a lexical candidate
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRecord:
+    """One access to a memory, as the access stream stores it."""
+
+    ts: float
+    channel: Channel
+    reader: str
+    memory_id: str
+    trace_ref: str | None = None
+    query: str | None = None
+    score: float | None = None
+    rank: int | None = None
+    components: Components | None = None
+    recall_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One memory as stored. Scores are separate on purpose: only `strength` moves with use."""
+
+    id: str
+    tenant: str
+    owner: str  # '' = shared with the tenant's agents, else the owning agent's id
+    author: str
+    type: MemoryType
+    title: str
+    content: str
+    tags: tuple[str, ...] = ()
+    entities: tuple[str, ...] = ()
+    n_chars: int = 0
+    n_tokens: int = 0
+    n_sentences: int = 0
+    importance: float = 5.0  # 0–10, how much it matters
+    salience: float = 0.0  # 0–1, how surprising or outcome-relevant it was
+    confidence: float = 1.0  # 0–1, how sure we are it is true
+    strength: int = 0  # rehearsal counter: deliberate reads add one
+    confidentiality: Confidentiality = Confidentiality.PUBLIC
+    created_at: float = 0.0  # when the memory was made (event time as given)
+    recorded_at: float = 0.0  # when the engine stored it
+    valid_from: float | None = None  # when the fact became true
+    valid_to: float | None = None  # when it stopped being true
+    archived: bool = False
+    status: TodoStatus | None = None
+    refs: tuple[MemoryRef, ...] = ()
+    version: int = 1
+    last_access: float | None = None
+    access_count: int = 0  # deliberate accesses ever
+    recent_accesses: tuple[float, ...] = field(default=(), repr=False)
+    #: the deliberate accesses older than the ring: how many, the newest and the oldest of them
+    older_count: int = field(default=0, repr=False)
+    older_newest: float | None = field(default=None, repr=False)
+    older_oldest: float | None = field(default=None, repr=False)
+
+    @property
+    def shared(self) -> bool:
+        return self.owner == ""
+
+
+_SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
+
+
+def count_sentences(text: str) -> int:
+    """Sentences in `text`: terminal punctuation runs, at least one for non-empty text."""
+    n = len(_SENTENCE.findall(text.strip()))
+    return max(n, 1 if text.strip() else 0)
+
+
+def _unit(name: str, value: object, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValidationError(f"{name} must be a number from {lo:g} to {hi:g}, got {value!r}")
+    if not lo <= value <= hi:
+        raise ValidationError(f"{name} must be from {lo:g} to {hi:g}, got {value!r}")
+    return float(value)
+
+
+def check_scores(importance: object, salience: object, confidence: object) -> tuple[float, float, float]:
+    return (
+        _unit("importance", importance, 0, 10),
+        _unit("salience", salience, 0, 1),
+        _unit("confidence", confidence, 0, 1),
+    )
+
+
+def check_type(value: object) -> MemoryType:
+    try:
+        return MemoryType(str(value))
+    except ValueError:
+        options = ", ".join(t.value for t in MemoryType)
+        raise ValidationError(f"unknown memory type {value!r}; use one of: {options}") from None
+
+
+def check_edge_type(value: object) -> EdgeType:
+    try:
+        return EdgeType(str(value))
+    except ValueError:
+        options = ", ".join(t.value for t in EdgeType)
+        raise ValidationError(f"unknown edge type {value!r}; use one of: {options}") from None
+
+
+def check_status(mtype: MemoryType, status: object) -> TodoStatus | None:
+    """Todos always carry a status (default open); no other type may carry one."""
+    if mtype is not MemoryType.TODO:
+        if status is not None:
+            raise ValidationError(f"status is for todo memories only; a {mtype.value} memory cannot carry one")
+        return None
+    if status is None:
+        return TodoStatus.OPEN
+    try:
+        return TodoStatus(str(status))
+    except ValueError:
+        raise ValidationError(f"unknown todo status {status!r}; use open, done or dropped") from None
+
+
+def check_content(content: object) -> str:
+    if not isinstance(content, str):
+        raise ValidationError(f"content must be a str, got {type(content).__name__}")
+    if not content.strip():
+        raise ValidationError("content is empty: a memory needs some text")
+    return content
+
+
+def check_labels(name: str, values: Iterable[object] | None) -> tuple[str, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        raise ValidationError(f"{name} must be a list of strings, not one string")
+    out: list[str] = []
+    for v in values:
+        if not isinstance(v, str) or not v.strip():
+            raise ValidationError(f"{name} must be non-empty strings, got {v!r}")
+        if v.strip() not in out:
+            out.append(v.strip())
+    return tuple(out)
+
+
+def check_validity(valid_from: object, valid_to: object) -> tuple[float | None, float | None]:
+    def one(name: str, v: object) -> float | None:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValidationError(f"{name} must be epoch seconds (a number) or None, got {v!r}")
+        return float(v)
+
+    lo, hi = one("valid_from", valid_from), one("valid_to", valid_to)
+    if lo is not None and hi is not None and hi < lo:
+        raise ValidationError(f"valid_to ({hi}) is before valid_from ({lo})")
+    return lo, hi

@@ -1,0 +1,100 @@
+"""The engine-owned tables of typed memories (migration 4). No scope SQL can name them.
+
+- ``engram_memories``: one row per memory (``n`` is the internal integer key, ``id`` the public one);
+  ``terms`` holds the distinct stems of title, content and tags, computed once at write time for
+  the cue-overlap feature;
+  ``ring`` holds the most recent deliberate access times (float64, little-endian) and
+  ``old_count / old_newest / old_oldest`` summarise the older ones for Petrov's approximation;
+  ``changed`` is a write sequence so in-memory caches refresh only what changed.
+- ``engram_fts``: FTS5 over title, content and tags (external content, kept in step by the store in
+  the same transaction; triggers cannot drive FTS5 under ``trusted_schema=OFF``).
+- ``engram_vectors``: each memory's embedding (the truth; search matrices are caches).
+- ``engram_edges``: typed, weighted edges; ``engram_access``: the full access stream;
+  ``engram_recalls``: one row per recall, for ``explain(recall_id)``; ``engram_versions``: earlier
+  contents after an update.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from engramdb.storage.migrations import Migration, register
+
+_DDL = [
+    """CREATE TABLE engram_memories (
+        n INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        author TEXT NOT NULL,
+        type TEXT NOT NULL,
+        title TEXT NOT NULL DEFAULT '',
+        content TEXT NOT NULL,
+        tags TEXT NOT NULL DEFAULT '',
+        entities TEXT NOT NULL DEFAULT '',
+        n_chars INTEGER NOT NULL,
+        n_tokens INTEGER NOT NULL,
+        n_sentences INTEGER NOT NULL,
+        importance REAL NOT NULL,
+        salience REAL NOT NULL,
+        confidence REAL NOT NULL,
+        strength INTEGER NOT NULL DEFAULT 0,
+        confidentiality INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        recorded_at REAL NOT NULL,
+        valid_from REAL,
+        valid_to REAL,
+        archived INTEGER NOT NULL DEFAULT 0,
+        status TEXT,
+        refs TEXT NOT NULL DEFAULT '[]',
+        version INTEGER NOT NULL DEFAULT 1,
+        content_hash TEXT NOT NULL,
+        terms TEXT NOT NULL DEFAULT '',
+        ring BLOB NOT NULL DEFAULT x'',
+        access_count INTEGER NOT NULL DEFAULT 0,
+        old_count INTEGER NOT NULL DEFAULT 0,
+        old_newest REAL,
+        old_oldest REAL,
+        last_access REAL,
+        changed INTEGER NOT NULL
+    )""",
+    "CREATE INDEX engram_memories_visible ON engram_memories (tenant, owner, archived)",
+    # Narrow and covering: joins from FTS matches and edges check visibility without reading the
+    # wide row (measured: the join fell from ~3.4 ms to ~0.5 ms per recall at 10k memories).
+    """CREATE INDEX engram_memories_cover ON engram_memories (
+        n, tenant, owner, archived, confidentiality, valid_from, valid_to, type)""",
+    "CREATE INDEX engram_memories_changed ON engram_memories (changed)",
+    "CREATE INDEX engram_memories_hash ON engram_memories (tenant, content_hash)",
+    """CREATE VIRTUAL TABLE engram_fts USING fts5(
+        title, content, tags, content='engram_memories', content_rowid='n',
+        tokenize='porter unicode61 remove_diacritics 2')""",
+    "CREATE TABLE engram_vectors (n INTEGER PRIMARY KEY, model TEXT NOT NULL, vec BLOB NOT NULL)",
+    """CREATE TABLE engram_edges (
+        src INTEGER NOT NULL, dst INTEGER NOT NULL, type TEXT NOT NULL, weight REAL NOT NULL,
+        tenant TEXT NOT NULL, created_at REAL NOT NULL, created_by TEXT NOT NULL,
+        PRIMARY KEY (src, dst, type)) WITHOUT ROWID""",
+    "CREATE INDEX engram_edges_dst ON engram_edges (dst)",
+    """CREATE TABLE engram_access (
+        id INTEGER PRIMARY KEY, ts REAL NOT NULL, n INTEGER NOT NULL, tenant TEXT NOT NULL,
+        channel TEXT NOT NULL, reader TEXT NOT NULL, trace_ref TEXT, query TEXT, score REAL,
+        rank INTEGER, rel REAL, rec REAL, imp REAL, spread REAL, recall_id TEXT)""",
+    "CREATE INDEX engram_access_memory ON engram_access (n, ts)",
+    "CREATE INDEX engram_access_recall ON engram_access (recall_id) WHERE recall_id IS NOT NULL",
+    "CREATE INDEX engram_access_tenant ON engram_access (tenant, channel)",
+    """CREATE TABLE engram_recalls (
+        recall_id TEXT PRIMARY KEY, ts REAL NOT NULL, tenant TEXT NOT NULL, reader TEXT NOT NULL,
+        query TEXT NOT NULL, params TEXT NOT NULL, near_misses TEXT NOT NULL)""",
+    """CREATE TABLE engram_versions (
+        n INTEGER NOT NULL, version INTEGER NOT NULL, title TEXT NOT NULL, content TEXT NOT NULL,
+        changed_at REAL NOT NULL, changed_by TEXT NOT NULL, PRIMARY KEY (n, version))""",
+    "CREATE TABLE engram_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "INSERT INTO engram_counters VALUES ('memories', 0)",
+]
+
+
+def _m0004_memories(db: sqlite3.Connection) -> None:
+    for statement in _DDL:
+        db.execute(statement)
+
+
+register(Migration(4, "memories", _m0004_memories))

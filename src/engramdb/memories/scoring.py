@@ -1,0 +1,157 @@
+"""Recall scoring as pure functions of (features, now, config). No I/O, no clock.
+
+::
+
+    rel(m, q) = λ·cos(m, q) + (1 − λ)·cue(m, q)                 encoding specificity
+    B(m)      = ln Σ_k max(now − t_k, 1 s)^−d                    ACT-R base-level activation
+    rec(m)    = σ(B(m))
+    imp(m)    = importance / 10
+    S_base    = a_rel·rel^ + a_rec·rec^ + a_imp·imp^             ^ = min-max over the candidates
+    S         = S_base + γ·spread                                spreading over typed edges
+
+The base level uses every deliberate access: the recent ones exactly, and the older remainder
+through Petrov's (2006) closed form, which treats the n − k older accesses as spread evenly
+between the newest and the oldest of them:
+
+    Σ_old ≈ (n − k)·(t_n^(1−d) − t_k^(1−d)) / ((1 − d)·(t_n − t_k))
+
+where t_k and t_n are the ages of the newest and the oldest older access.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+N = TypeVar("N")
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringConfig:
+    """Every constant of recall scoring; defaults as nooa-memory's."""
+
+    lam: float = 0.7  # λ: weight of cosine against cue overlap in rel
+    decay: float = 0.5  # d: power-law decay of each access
+    w_rel: float = 1.0
+    w_rec: float = 0.5
+    w_imp: float = 0.5
+    hops: int = 1
+    hop_decay: float = 0.6  # activation kept per hop
+    fanout: int = 5  # edges followed per node, strongest first
+    causal_factor: float = 1.0
+    other_factor: float = 0.6
+    floor: float = 0.05  # contributions below this are dropped
+    gamma: float = 0.5  # weight of spread in the final score
+    ring_size: int = 64  # accesses kept exactly on the record
+    min_age: float = 1.0  # seconds; an access is never younger than this
+    candidates: int = 50  # per channel (lexical, vector)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.lam <= 1:
+            raise ValueError("lam must be in [0, 1]")
+        if not 0 < self.decay < 1:
+            raise ValueError("decay must be in (0, 1)")
+        if self.hops < 0 or self.fanout < 0 or self.ring_size < 1 or self.candidates < 1:
+            raise ValueError("hops, fanout must be >= 0; ring_size, candidates >= 1")
+
+
+def relevance(cos: float, cue: float, lam: float) -> float:
+    """λ·cos + (1 − λ)·cue."""
+    return lam * cos + (1.0 - lam) * cue
+
+
+def sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def exact_activation_sum(times: Iterable[float], now: float, d: float, min_age: float = 1.0) -> float:
+    """Σ max(now − t, min_age)^−d over every access time."""
+    return sum(float(max(now - t, min_age) ** -d) for t in times)
+
+
+def petrov_tail(count: int, newest: float, oldest: float, now: float, d: float, min_age: float = 1.0) -> float:
+    """Petrov's closed-form estimate of Σ age^−d for `count` accesses spread between two times."""
+    if count <= 0:
+        return 0.0
+    t_k = max(now - newest, min_age)
+    t_n = max(now - oldest, min_age)
+    if t_n - t_k < 1e-9:
+        return float(count * t_k**-d)
+    return float(count * (t_n ** (1 - d) - t_k ** (1 - d)) / ((1 - d) * (t_n - t_k)))
+
+
+def base_level(
+    recent: Sequence[float],
+    now: float,
+    d: float,
+    *,
+    old_count: int = 0,
+    old_newest: float | None = None,
+    old_oldest: float | None = None,
+    min_age: float = 1.0,
+) -> float:
+    """ACT-R base-level activation B = ln Σ age^−d; −inf when there was never an access."""
+    total = exact_activation_sum(recent, now, d, min_age)
+    if old_count and old_newest is not None and old_oldest is not None:
+        total += petrov_tail(old_count, old_newest, old_oldest, now, d, min_age)
+    return math.log(total) if total > 0 else -math.inf
+
+
+def recency(b: float) -> float:
+    """σ(B); 0 for a memory never accessed."""
+    return 0.0 if b == -math.inf else sigmoid(b)
+
+
+def importance_score(importance: float) -> float:
+    return importance / 10.0
+
+
+def minmax(values: Sequence[float]) -> list[float]:
+    """Scale to [0, 1] over the values; all-equal values map to 1 (if > 0) or 0."""
+    if not values:
+        return []
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12:
+        return [1.0 if hi > 0 else 0.0 for _ in values]
+    return [(v - lo) / (hi - lo) for v in values]
+
+
+def base_score(rel: float, rec: float, imp: float, cfg: ScoringConfig) -> float:
+    """a_rel·rel + a_rec·rec + a_imp·imp (inputs already normalised)."""
+    return cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * imp
+
+
+#: neighbours(nodes) -> {node: [(neighbour, causal, weight), ...]}; it returns visible neighbours only.
+Neighbours = Callable[[Sequence[N]], Mapping[N, Sequence[tuple[N, bool, float]]]]
+
+
+def spread(seeds: Mapping[N, float], neighbours: Neighbours[N], cfg: ScoringConfig) -> dict[N, float]:
+    """Activation spread from `seeds` over typed edges for `cfg.hops` hops.
+
+    Each hop follows at most `fanout` edges per node (strongest first); a contribution is
+    source activation × edge weight × (causal or other factor) × hop decay, and is dropped below
+    `floor`. Only what `neighbours` returns can receive or relay activation, so visibility is
+    decided before a node enters the next frontier.
+    """
+    received: dict[N, float] = {}
+    frontier = {n: a for n, a in seeds.items() if a > 0}
+    for _ in range(cfg.hops):
+        if not frontier:
+            break
+        adjacency = neighbours(list(frontier))
+        nxt: dict[N, float] = {}
+        for node, activation in frontier.items():
+            edges = sorted(adjacency.get(node, ()), key=lambda e: -e[2])[: cfg.fanout]
+            for target, causal, weight in edges:
+                contrib = activation * weight * (cfg.causal_factor if causal else cfg.other_factor) * cfg.hop_decay
+                if contrib < cfg.floor:
+                    continue
+                received[target] = received.get(target, 0.0) + contrib
+                nxt[target] = nxt.get(target, 0.0) + contrib
+        frontier = nxt
+    return received

@@ -1,0 +1,1 @@
+"""Access-stream statistics and (later) the OpenTelemetry bridge."""

@@ -1,0 +1,397 @@
+"""The recall pipeline: candidates → features → normalise and weigh → spread → top k → log.
+
+::
+
+    query ─► candidates  FTS5 BM25 ∪ vector kNN, each restricted to visible memories before ranking
+          ─► features    cos, cue overlap, base-level recency, importance
+          ─► normalise   min-max over the candidates; S_base = a_rel·rel + a_rec·rec + a_imp·imp
+          ─► spread      from the top seeds over typed edges; only visible nodes receive or relay
+          ─► top k       S = S_base + γ·spread
+          ─► log         one access per hit (deliberate channels reinforce), one recall record
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from engramdb.memories import scoring
+from engramdb.memories.model import Channel, Components, EdgeType, Memory, MemoryType
+from engramdb.memories.store import MEMORY_COLUMNS, Touch, Visibility, log_accesses, row_to_memory, unpack_times
+from engramdb.retrieval.keywords import keywords, stem
+from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
+
+if TYPE_CHECKING:
+    from engramdb.embeddings.base import Embedder
+    from engramdb.retrieval.vector_channel import VectorChannel
+    from engramdb.storage.sqlite import SqliteStore
+
+NEAR_MISSES = 5
+
+
+@dataclass(slots=True)
+class _Cand:
+    n: int
+    mtype: str
+    importance: float
+    terms: frozenset[str]
+    ring: tuple[float, ...]
+    old: tuple[int, float | None, float | None]
+    cos: float = 0.0
+    cue: float = 0.0
+    bm25: float = 0.0
+    lexical: bool = False
+    vector: bool = False
+    spread: float = 0.0
+    rel: float = 0.0
+    rec: float = 0.0
+    imp: float = 0.0
+    base: float = 0.0
+    score: float = 0.0
+    raw_rec: float = 0.0
+    memory: Memory | None = None
+
+    @property
+    def source(self) -> Source:
+        if self.lexical and self.vector:
+            return "both"
+        if self.lexical:
+            return "lexical"
+        if self.vector:
+            return "vector"
+        return "spread"
+
+    def components(self) -> Components:
+        return Components(self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25)
+
+
+def fts_query(kws: Sequence[str]) -> str:
+    """An FTS5 query matching any of the keywords (each quoted, so no FTS syntax gets through)."""
+    return " OR ".join('"' + k.replace('"', '""') + '"' for k in kws)
+
+
+class Recaller:
+    """Runs recalls for the engine; stateless apart from the shared caches it is given."""
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        clock: Callable[[], float],
+        config: scoring.ScoringConfig,
+        embedder: Embedder | None,
+        channel: VectorChannel | None,
+    ) -> None:
+        self.store, self.clock, self.config = store, clock, config
+        self.embedder, self.channel = embedder, channel
+
+    # -- candidates ---------------------------------------------------------------------------
+
+    def _lexical(
+        self, db: sqlite3.Connection, kws: list[str], vis: Visibility, types: frozenset[str] | None, limit: int
+    ) -> dict[int, float]:
+        if not kws:
+            return {}
+        pred, params = vis.sql("m")
+        named: dict[str, Any] = dict(params, q=fts_query(kws), lim=limit)
+        type_sql = ""
+        if types:
+            named.update({f"t{i}": t for i, t in enumerate(sorted(types))})
+            type_sql = " AND m.type IN (" + ",".join(f":t{i}" for i in range(len(types))) + ")"
+        # Visibility sits inside the query, before ORDER BY … LIMIT: nothing invisible is ranked.
+        sql = (
+            # CROSS JOIN keeps the FTS match as the outer loop (SQLite never reorders it).
+            "SELECT m.n, -bm25(engram_fts) FROM engram_fts CROSS JOIN engram_memories m INDEXED BY engram_memories_cover "  # noqa: S608 - engine-built fragments, values bound
+            "ON m.n = engram_fts.rowid "
+            f"WHERE engram_fts MATCH :q AND {pred}{type_sql} ORDER BY bm25(engram_fts) LIMIT :lim"
+        )
+        return {int(n): float(score) for n, score in db.execute(sql, named)}
+
+    def _candidates(
+        self, db: sqlite3.Connection, ns: Sequence[int], vis: Visibility, types: frozenset[str] | None
+    ) -> dict[int, _Cand]:
+        """The scoring fields of the visible memories among `ns` (not the wide rows)."""
+        if not ns:
+            return {}
+        pred, params = vis.sql("m")
+        out: dict[int, _Cand] = {}
+        for start in range(0, len(ns), 500):
+            chunk = list(ns[start : start + 500])
+            marks = ",".join(f":n{i}" for i in range(len(chunk)))
+            sql = (
+                "SELECT m.n, m.type, m.importance, m.terms, m.ring, m.old_count, m.old_newest, m.old_oldest "  # noqa: S608
+                f"FROM engram_memories m WHERE m.n IN ({marks}) AND {pred}"
+            )
+            for n, mtype, imp, terms, ring, oc, on, oo in db.execute(
+                sql, dict(params, **{f"n{i}": n for i, n in enumerate(chunk)})
+            ):
+                if types and mtype not in types:
+                    continue
+                out[int(n)] = _Cand(
+                    int(n), mtype, float(imp), frozenset(terms.split()), unpack_times(ring), (oc, on, oo)
+                )
+        return out
+
+    def _fetch(self, db: sqlite3.Connection, ns: Sequence[int], vis: Visibility) -> dict[int, Memory]:
+        if not ns:
+            return {}
+        pred, params = vis.sql("m")
+        out: dict[int, Memory] = {}
+        for start in range(0, len(ns), 500):
+            chunk = list(ns[start : start + 500])
+            marks = ",".join(f":n{i}" for i in range(len(chunk)))
+            sql = f"SELECT {MEMORY_COLUMNS} FROM engram_memories m WHERE m.n IN ({marks}) AND {pred}"  # noqa: S608
+            for row in db.execute(sql, dict(params, **{f"n{i}": n for i, n in enumerate(chunk)})):
+                out[int(row[0])] = row_to_memory(row)
+        return out
+
+    def _neighbours(self, db: sqlite3.Connection, vis: Visibility) -> scoring.Neighbours[int]:
+        pred, params = vis.sql("m")
+
+        def neighbours(nodes: Sequence[int]) -> dict[int, list[tuple[int, bool, float]]]:
+            marks = ",".join(f":s{i}" for i in range(len(nodes)))
+            named = dict(params, **{f"s{i}": n for i, n in enumerate(nodes)})
+            adjacency: dict[int, list[tuple[int, bool, float]]] = {}
+            # Edges spread both ways; the far end must be visible to be reached at all.
+            for near, far in (("src", "dst"), ("dst", "src")):
+                sql = (
+                    f"SELECT e.{near}, e.{far}, e.type, e.weight FROM engram_edges e "  # noqa: S608
+                    f"CROSS JOIN engram_memories m INDEXED BY engram_memories_cover ON m.n = e.{far} "
+                    f"WHERE e.{near} IN ({marks}) AND {pred}"
+                )
+                for a, b, etype, weight in db.execute(sql, named):
+                    adjacency.setdefault(int(a), []).append((int(b), EdgeType(etype).causal, float(weight)))
+            return adjacency
+
+        return neighbours
+
+    # -- the pipeline -------------------------------------------------------------------------
+
+    def run(
+        self,
+        query: str,
+        *,
+        vis: Visibility,
+        k: int,
+        hops: int,
+        types: frozenset[MemoryType] | None,
+        channel: Channel,
+        trace_ref: str | None,
+        dry_run: bool,
+    ) -> tuple[Recall, Explanation]:
+        cfg = self.config
+        now = self.clock()
+        if vis.as_of is None:
+            vis = Visibility(vis.tenant, vis.reader, vis.cap, now, vis.cross_agent, vis.include_archived)
+        kws = keywords(query)
+        type_names = frozenset(t.value for t in types) if types else None
+        conn = self.store.connection("engine")
+        db = conn.raw
+        lexical = self._lexical(db, kws, vis, type_names, cfg.candidates)
+        vector: dict[int, float] = {}
+        qvec = None
+        if self.channel is not None and self.embedder is not None:
+            self.channel.refresh(db)
+            qvec = self.embedder.embed([query])[0]
+            # With a type filter, look further down the list: the filter applies after the kNN.
+            vector = self.channel.search(qvec, cfg.candidates * (4 if types else 1), vis)
+        cands = self._candidates(db, list(dict.fromkeys([*lexical, *vector])), vis, type_names)
+        if type_names and len(vector) > cfg.candidates:
+            keep = sorted((n for n in cands if n in vector and n not in lexical), key=lambda n: -vector[n])[
+                : cfg.candidates
+            ]
+            cands = {n: c for n, c in cands.items() if n in lexical or n in keep}
+        for c in cands.values():
+            c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
+        qstems = frozenset(stem(w) for w in kws)
+        self._features(list(cands.values()), qvec, vector, qstems, now)
+        bounds = self._normalise(list(cands.values()))
+        # Spread from the best seeds; activation is the base score scaled to [0, 1].
+        top_weight = cfg.w_rel + cfg.w_rec + cfg.w_imp or 1.0
+        seeds = sorted(cands.values(), key=lambda c: (-c.base, c.n))[: max(k, 1)]
+        spread = scoring.spread(
+            {c.n: c.base / top_weight for c in seeds}, self._neighbours(db, vis), replace(cfg, hops=hops)
+        )
+        newcomers = [n for n in spread if n not in cands]
+        if newcomers:
+            fresh = list(self._candidates(db, newcomers, vis, type_names).values())
+            self._features(fresh, qvec, {}, qstems, now)
+            self._normalise(fresh, bounds)
+            cands.update({c.n: c for c in fresh})
+        for c in cands.values():
+            c.spread = spread.get(c.n, 0.0)
+            c.score = c.base + cfg.gamma * c.spread
+        ranked = sorted(cands.values(), key=lambda c: (-c.score, c.n))
+        top, near = ranked[:k], ranked[k : k + NEAR_MISSES]
+        # Only the memories shown (and the near misses named by explain) are read in full.
+        full = self._fetch(db, [c.n for c in (*top, *near)], vis)
+        for c in (*top, *near):
+            c.memory = full[c.n]
+        recall_id = None if dry_run else "rc_" + secrets.token_hex(8)
+        hits = tuple(Hit(_memory(c), c.score, i + 1, c.components(), c.source) for i, c in enumerate(top))
+        explanation = Explanation(
+            recall_id=recall_id,
+            query=query,
+            reader=vis.reader,
+            ts=now,
+            k=k,
+            hops=hops,
+            hits=tuple(_explained(c, i + 1, True) for i, c in enumerate(top)),
+            near_misses=tuple(_explained(c, k + i + 1, False) for i, c in enumerate(near)),
+            weights=_weights(cfg),
+        )
+        if not dry_run:
+            self._log(explanation, top, vis, channel, trace_ref, now, types)
+        return Recall(query, hits, recall_id, now), explanation
+
+    def _features(
+        self, cands: list[_Cand], qvec: Any, vector: dict[int, float], qstems: frozenset[str], now: float
+    ) -> None:
+        cfg = self.config
+        cosines: dict[int, float] = {}
+        if qvec is not None and self.channel is not None:
+            missing = [c.n for c in cands if c.n not in vector]
+            cosines = {**self.channel.cosines(qvec, missing), **vector}
+        for c in cands:
+            c.cos = max(cosines.get(c.n, 0.0), 0.0)
+            if qstems:
+                c.cue = len(qstems & c.terms) / len(qstems)
+            old_count, old_newest, old_oldest = c.old
+            b = scoring.base_level(
+                c.ring,
+                now,
+                cfg.decay,
+                old_count=old_count,
+                old_newest=old_newest,
+                old_oldest=old_oldest,
+                min_age=cfg.min_age,
+            )
+            c.raw_rec = scoring.recency(b)
+
+    def _normalise(
+        self, cands: list[_Cand], bounds: dict[str, tuple[float, float]] | None = None
+    ) -> dict[str, tuple[float, float]]:
+        """Min-max over the candidates; spread-only nodes reuse the candidates' bounds, clipped."""
+        cfg = self.config
+        raw = {
+            "rel": [scoring.relevance(c.cos, c.cue, cfg.lam) for c in cands],
+            "rec": [c.raw_rec for c in cands],
+            "imp": [scoring.importance_score(c.importance) for c in cands],
+        }
+        if bounds is None:
+            bounds = {key: (min(v), max(v)) if v else (0.0, 0.0) for key, v in raw.items()}
+        norm: dict[str, list[float]] = {}
+        for key, values in raw.items():
+            lo, hi = bounds[key]
+            if hi - lo < 1e-12:
+                norm[key] = [1.0 if v > 0 else 0.0 for v in values]
+            else:
+                norm[key] = [min(max((v - lo) / (hi - lo), 0.0), 1.0) for v in values]
+        for i, c in enumerate(cands):
+            c.rel, c.rec, c.imp = norm["rel"][i], norm["rec"][i], norm["imp"][i]
+            c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg)
+        return bounds
+
+    def _log(
+        self,
+        ex: Explanation,
+        top: list[_Cand],
+        vis: Visibility,
+        channel: Channel,
+        trace_ref: str | None,
+        now: float,
+        types: frozenset[MemoryType] | None,
+    ) -> None:
+        conn = self.store.connection("engine")
+        params = {
+            "k": ex.k,
+            "hops": ex.hops,
+            "types": sorted(t.value for t in types) if types else None,
+            "as_of": vis.as_of,
+            "cap": int(vis.cap),
+            "channel": channel.value,
+            "weights": ex.weights,
+            "hits": [_explained_json(e) for e in ex.hits],
+        }
+        with self.store.atomic(conn):
+            log_accesses(
+                conn.raw,
+                [Touch(c.n, channel, c.score, i + 1, c.components()) for i, c in enumerate(top)],
+                now=now,
+                tenant=vis.tenant,
+                reader=vis.reader,
+                ring_size=self.config.ring_size,
+                query=ex.query,
+                trace_ref=trace_ref,
+                recall_id=ex.recall_id,
+            )
+            conn.raw.execute(
+                "INSERT INTO engram_recalls VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    ex.recall_id,
+                    now,
+                    vis.tenant,
+                    vis.reader,
+                    ex.query,
+                    json.dumps(params),
+                    json.dumps([_explained_json(e) for e in ex.near_misses]),
+                ),
+            )
+
+
+def _memory(c: _Cand) -> Memory:
+    assert c.memory is not None
+    return c.memory
+
+
+def _explained(c: _Cand, rank: int, selected: bool) -> Explained:
+    m = _memory(c)
+    return Explained(m.id, m.title, rank, c.score, c.components(), c.source, selected)
+
+
+def _explained_json(e: Explained) -> dict[str, Any]:
+    c = e.components
+    return {
+        "memory_id": e.memory_id,
+        "title": e.title,
+        "rank": e.rank,
+        "score": e.score,
+        "components": {
+            "rel": c.rel,
+            "rec": c.rec,
+            "imp": c.imp,
+            "spread": c.spread,
+            "cos": c.cos,
+            "cue": c.cue,
+            "bm25": c.bm25,
+        },
+        "source": e.source,
+        "selected": e.selected,
+    }
+
+
+def explained_from_json(d: dict[str, Any]) -> Explained:
+    return Explained(
+        d["memory_id"],
+        d["title"],
+        int(d["rank"]),
+        float(d["score"]),
+        Components(**d["components"]),
+        d["source"],
+        bool(d["selected"]),
+    )
+
+
+def _weights(cfg: scoring.ScoringConfig) -> dict[str, float]:
+    return {
+        "lam": cfg.lam,
+        "decay": cfg.decay,
+        "w_rel": cfg.w_rel,
+        "w_rec": cfg.w_rec,
+        "w_imp": cfg.w_imp,
+        "gamma": cfg.gamma,
+        "hop_decay": cfg.hop_decay,
+    }

@@ -1,0 +1,125 @@
+"""The vector half of candidate generation: an in-memory index of memory vectors with the
+visibility attributes beside it, so the visible set is masked *before* the top-k is taken.
+
+The stored vectors are the truth; this is a cache refreshed incrementally by the memories'
+write sequence (``changed``), which every process's writes advance, so a recall always sees
+what other threads and processes have committed.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from engramdb.embeddings.base import Embedder
+from engramdb.memories.store import Visibility, current_change
+from engramdb.vectors.exact import ExactIndex
+
+
+class _Codes:
+    """Small integer codes for tenant and owner strings, so masks are vector comparisons."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {"": 0}
+
+    def get(self, value: str) -> int:
+        code = self._codes.get(value)
+        if code is None:
+            code = self._codes[value] = len(self._codes)
+        return code
+
+    def find(self, value: str) -> int:
+        return self._codes.get(value, -1)
+
+
+class VectorChannel:
+    """Vectors of every memory with an embedding from `embedder`, and their visibility attributes."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.index = ExactIndex(embedder.dim)
+        self._lock = threading.Lock()
+        self._seen = -1
+        self._codes = _Codes()
+        cap = 1024
+        self._tenant = np.zeros(cap, dtype=np.int32)
+        self._owner = np.zeros(cap, dtype=np.int32)
+        self._level = np.zeros(cap, dtype=np.int8)
+        self._archived = np.zeros(cap, dtype=np.bool_)
+        self._vfrom = np.full(cap, np.nan)
+        self._vto = np.full(cap, np.nan)
+
+    def _grow(self, need: int) -> None:
+        cap = len(self._tenant)
+        if need <= cap:
+            return
+        new = max(need, cap * 2)
+
+        def grown(a: Any, fill: float) -> Any:
+            out = np.full(new, fill, dtype=a.dtype)
+            out[:cap] = a
+            return out
+
+        self._tenant, self._owner = grown(self._tenant, 0), grown(self._owner, 0)
+        self._level, self._archived = grown(self._level, 0), grown(self._archived, 0)
+        self._vfrom, self._vto = grown(self._vfrom, np.nan), grown(self._vto, np.nan)
+
+    def refresh(self, db: sqlite3.Connection) -> None:
+        """Load whatever changed since the last refresh (cheap when nothing did)."""
+        with self._lock:
+            latest = current_change(db)
+            if latest == self._seen:
+                return
+            rows = db.execute(
+                "SELECT m.n, m.tenant, m.owner, m.confidentiality, m.archived, m.valid_from, m.valid_to, v.vec "
+                "FROM engram_memories m JOIN engram_vectors v ON v.n = m.n "
+                "WHERE m.changed > ? AND v.model = ?",
+                (self._seen, self.embedder.name),
+            ).fetchall()
+            if rows:
+                keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+                vecs = np.frombuffer(b"".join(r[7] for r in rows), dtype=np.float32).reshape(len(rows), self.index.dim)
+                self.index.upsert(keys, vecs)
+                self._grow(len(self.index))
+                for n, tenant, owner, level, archived, vfrom, vto, _ in rows:
+                    row = self.index.row_of(n)
+                    assert row is not None
+                    self._tenant[row] = self._codes.get(tenant)
+                    self._owner[row] = self._codes.get(owner)
+                    self._level[row] = level
+                    self._archived[row] = bool(archived)
+                    self._vfrom[row] = math.nan if vfrom is None else vfrom
+                    self._vto[row] = math.nan if vto is None else vto
+            self._seen = latest
+
+    def mask(self, vis: Visibility) -> npt.NDArray[np.bool_]:
+        """The same predicate as `Visibility.sql`, over the cached attributes."""
+        n = len(self.index)
+        tenant = self._codes.find(vis.tenant)
+        m = (self._tenant[:n] == tenant) & (self._level[:n] <= int(vis.cap))
+        if not vis.cross_agent:
+            m &= (self._owner[:n] == 0) | (self._owner[:n] == self._codes.find(vis.reader))
+        if not vis.include_archived:
+            m &= ~self._archived[:n]
+        if vis.as_of is not None:
+            vf, vt = self._vfrom[:n], self._vto[:n]
+            with np.errstate(invalid="ignore"):
+                m &= (np.isnan(vf) | (vf <= vis.as_of)) & (np.isnan(vt) | (vt > vis.as_of))
+        return np.asarray(m, dtype=np.bool_)
+
+    def search(self, query_vec: npt.NDArray[np.float32], k: int, vis: Visibility) -> dict[int, float]:
+        """The `k` most similar visible memories: {n: cosine}."""
+        keys, sims = self.index.search(query_vec, k, self.mask(vis))
+        return dict(zip(keys.tolist(), sims.tolist(), strict=True))
+
+    def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:
+        """Cosine of the query with each of `keys` (0 for memories without a vector)."""
+        if not keys:
+            return {}
+        vecs = self.index.vectors_of(np.asarray(keys, dtype=np.int64))
+        return dict(zip(keys, (vecs @ query_vec).tolist(), strict=True))

@@ -1,0 +1,1 @@
+"""Vector search: the `VectorIndex` protocol and its implementations."""

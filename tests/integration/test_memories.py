@@ -1,0 +1,293 @@
+"""Typed memories through the agent handle: writes, validation, recall, spreading, explain, stats."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engramdb import DynamicMemoryEngine, NotFound, ValidationError
+from engramdb.agent import Agent
+from engramdb.embeddings.hashing import HashingEmbedder
+from engramdb.testing import FixedClock
+
+DAY = 86_400.0
+
+
+@pytest.fixture
+def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
+    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=HashingEmbedder(dim=256))
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def me(eng: DynamicMemoryEngine) -> Agent:
+    return eng.agent("alice")
+
+
+def _count(eng: DynamicMemoryEngine, table: str) -> int:
+    db = sqlite3.connect(eng.path)
+    try:
+        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        db.close()
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+def test_remember_fills_the_record(me: Agent, clock: FixedClock) -> None:
+    m = me.remember(
+        "The deploy key rotates every Monday. Ask ops first!", importance=7, salience=0.4, tags=["ops"], title="keys"
+    )
+    assert m.id.startswith("alice:") and m.owner == "alice" and m.author == "alice" and m.tenant == "default"
+    assert (m.importance, m.salience, m.confidence, m.strength) == (7.0, 0.4, 1.0, 0)
+    assert m.n_chars == 51 and m.n_sentences == 2 and m.n_tokens == 13
+    assert m.created_at == m.recorded_at == clock.now and m.tags == ("ops",) and m.status is None
+    assert me.remember("shared fact", shared=True).owner == ""
+    assert me.remember("call bob", type="todo").status == "open"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"content": ""}, "content is empty"),
+        ({"content": "   "}, "content is empty"),
+        ({"content": 3}, "content must be a str"),
+        ({"content": "x", "type": "fact"}, "unknown memory type 'fact'"),
+        ({"content": "x", "importance": 11}, "importance must be from 0 to 10"),
+        ({"content": "x", "salience": -0.1}, "salience must be from 0 to 1"),
+        ({"content": "x", "confidence": float("nan")}, "confidence must be a number"),
+        ({"content": "x", "status": "done"}, "status is for todo memories only"),
+        ({"content": "x", "type": "todo", "status": "maybe"}, "unknown todo status"),
+        ({"content": "x", "valid_from": 10, "valid_to": 5}, "valid_to .* is before valid_from"),
+        ({"content": "x", "tags": "ops"}, "tags must be a list"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(
+    eng: DynamicMemoryEngine, me: Agent, kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        me.remember(**kwargs)  # type: ignore[arg-type]
+    assert _count(eng, "engram_memories") == 0
+
+
+def test_remember_many_is_all_or_nothing(eng: DynamicMemoryEngine, me: Agent) -> None:
+    with pytest.raises(ValidationError, match="unknown memory field"):
+        me.remember_many([{"content": "fine"}, {"content": "bad", "colour": "red"}])
+    assert _count(eng, "engram_memories") == 0
+    assert len(me.remember_many([{"content": f"note {i}"} for i in range(20)])) == 20
+
+
+def test_private_memories_are_invisible_and_indistinguishable_from_missing(eng: DynamicMemoryEngine, me: Agent) -> None:
+    secret = me.remember("alice's private plan")
+    bob = eng.agent("bob")
+    with pytest.raises(NotFound) as invisible:
+        bob.get(secret.id)
+    with pytest.raises(NotFound) as missing:
+        bob.get("alice:0000000000000000")
+    assert str(invisible.value).replace(secret.id, "ID") == str(missing.value).replace("alice:0000000000000000", "ID")
+    other_tenant = eng.agent("alice", tenant="globex")
+    with pytest.raises(NotFound):
+        other_tenant.get(secret.id)
+    assert bob.recall("private plan").hits == ()
+
+
+def test_update_keeps_the_old_version_and_reindexes(me: Agent) -> None:
+    m = me.remember("the server lives in Frankfurt")
+    me.update(m.id, content="the server moved to Dublin", importance=9)
+    now = me.get(m.id, touch=False)
+    assert now.content == "the server moved to Dublin" and now.version == 2 and now.importance == 9
+    assert [(v.version, v.content) for v in me.history(m.id)] == [(1, "the server lives in Frankfurt")]
+    assert [h.memory.id for h in me.search("Dublin")] == [m.id]
+    assert me.search("Frankfurt", k=1)[0].components.bm25 == 0.0  # no longer a lexical match
+
+
+def test_status_is_for_todos_only(me: Agent) -> None:
+    todo = me.remember("renew the certificate", type="todo")
+    assert me.update(todo.id, status="done").status == "done"
+    fact = me.remember("the sky is blue")
+    with pytest.raises(ValidationError, match="todo memories only"):
+        me.update(fact.id, status="done")
+
+
+def test_link_validation(eng: DynamicMemoryEngine, me: Agent) -> None:
+    a, b = me.remember("a"), me.remember("b")
+    assert me.link(a.id, b.id, "causes", 0.5).type == "causes"
+    with pytest.raises(ValidationError, match="unknown edge type"):
+        me.link(a.id, b.id, "likes")
+    with pytest.raises(ValidationError, match="weight"):
+        me.link(a.id, b.id, "related", 2.0)
+    with pytest.raises(ValidationError, match="itself"):
+        me.link(a.id, a.id)
+    hidden = eng.agent("bob").remember("bob's")
+    with pytest.raises(NotFound):
+        me.link(a.id, hidden.id)
+    with pytest.raises(NotFound):
+        me.link(a.id, "nope")
+    assert [(e.source, e.target) for e in me.edges(a.id)] == [(a.id, b.id)]
+
+
+# -- recall -----------------------------------------------------------------------------------
+
+
+def test_recall_ranks_and_reinforces(me: Agent) -> None:
+    key = me.remember("The deploy key rotates every Monday", importance=7)
+    me.remember("Lunch is at noon on Fridays", importance=2)
+    r = me.recall("when does the deploy key rotate", k=2)
+    assert r[0].memory.id == key.id and r[0].rank == 1 and r[0].source in ("lexical", "both")
+    assert r.recall_id is not None and r.recall_id.startswith("rc_")
+    assert me.get(key.id, touch=False).strength == 1
+
+
+def test_injected_reads_log_but_never_reinforce(me: Agent) -> None:
+    m = me.remember("standing instruction: reply in English")
+    before = me.get(m.id, touch=False)
+    me.recall("reply English", channel="injected")
+    after = me.get(m.id, touch=False)
+    assert after.strength == before.strength and after.recent_accesses == before.recent_accesses
+    assert [a.channel for a in me.accesses(m.id)] == ["created", "injected"]
+
+
+def test_dry_run_and_explain_touch_nothing(eng: DynamicMemoryEngine, me: Agent) -> None:
+    for i in range(12):
+        me.remember(f"fact number {i} about rotation keys")
+    accesses, recalls = _count(eng, "engram_access"), _count(eng, "engram_recalls")
+    ex = me.explain("rotation keys", k=3)
+    assert ex.recall_id is None and len(ex.hits) == 3 and len(ex.near_misses) == 5
+    assert all(not n.selected for n in ex.near_misses) and ex.hits[-1].score >= ex.near_misses[0].score
+    assert (_count(eng, "engram_access"), _count(eng, "engram_recalls")) == (accesses, recalls)
+
+
+def test_explain_replays_a_past_recall_from_the_stream(me: Agent, clock: FixedClock) -> None:
+    for i in range(8):
+        me.remember(f"the key rotation schedule entry {i}", importance=i)
+    r = me.recall("key rotation schedule", k=3)
+    clock.advance(DAY)
+    me.remember("the key rotation schedule changed completely", importance=10)
+    ex = me.explain(r.recall_id or "")
+    assert ex.recall_id == r.recall_id and ex.query == "key rotation schedule"
+    assert [e.memory_id for e in ex.hits] == [h.memory.id for h in r]
+    assert [e.components for e in ex.hits] == [h.components for h in r]
+    assert len(ex.near_misses) == 5
+    assert me.explain(r).recall_id == r.recall_id
+    with pytest.raises(ValidationError, match="Recall or a str"):
+        me.explain(me.explain("key"))  # type: ignore[arg-type]
+
+
+def test_explain_of_another_agents_recall_is_not_replayed(eng: DynamicMemoryEngine, me: Agent) -> None:
+    me.remember("shared budget numbers", shared=True)
+    r = me.recall("budget numbers")
+    ex = eng.agent("bob").explain(r.recall_id or "")
+    assert ex.recall_id is None  # treated as a query text, not a replay of alice's recall
+
+
+def test_types_filter_and_k(me: Agent) -> None:
+    me.remember("deploy on friday", type="episode")
+    todo = me.remember("deploy the hotfix", type="todo")
+    assert [h.memory.id for h in me.recall("deploy", types=["todo"])] == [todo.id]
+    with pytest.raises(ValidationError, match="unknown memory type"):
+        me.recall("deploy", types=["nope"])
+    with pytest.raises(ValidationError, match="k must be"):
+        me.recall("deploy", k=0)
+
+
+def test_validity_time_and_as_of(me: Agent, clock: FixedClock) -> None:
+    t0 = clock.now
+    me.remember("the office is in Berlin", valid_from=t0 - 100 * DAY, valid_to=t0 - DAY)
+    me.remember("the office is in Lisbon", valid_from=t0 - DAY)
+    assert [h.memory.content for h in me.search("office")] == ["the office is in Lisbon"]
+    assert [h.memory.content for h in me.search("office", as_of=t0 - 50 * DAY)] == ["the office is in Berlin"]
+
+
+def test_spreading_brings_in_linked_memories(me: Agent) -> None:
+    a = me.remember("incident INC-42 took down checkout")
+    b = me.remember("root cause was an expired certificate")
+    me.link(a.id, b.id, "causes")
+    r = me.recall("INC-42", k=2, hops=1)
+    assert [h.memory.id for h in r] == [a.id, b.id]
+    assert r[1].source in ("spread", "vector") and r[1].components.spread > 0
+    assert next(h.memory.id for h in me.recall("INC-42", k=2, hops=0)) == a.id
+
+
+def test_spreading_neither_leaks_nor_relays(eng: DynamicMemoryEngine, me: Agent) -> None:
+    bob = eng.agent("bob")
+    own1 = me.remember("zebra project kickoff notes")
+    foreign = bob.remember("bob's secret salary negotiation")
+    own2 = me.remember("unrelated grocery list")
+    # Edges that no agent could create through the API (neither sees both ends) — planted directly.
+    db = sqlite3.connect(eng.path)
+    n = {mid: row for mid, row in db.execute("SELECT id, n FROM engram_memories")}
+    db.executemany(
+        "INSERT INTO engram_edges VALUES (?, ?, 'causes', 1.0, 'default', 0, 'test')",
+        [(n[own1.id], n[foreign.id]), (n[foreign.id], n[own2.id])],
+    )
+    db.commit()
+    db.close()
+    ex = me.explain("zebra kickoff", k=5, hops=3)
+    got = {e.memory_id: e for e in (*ex.hits, *ex.near_misses)}
+    assert foreign.id not in got  # no leak: own -> foreign
+    assert own2.id not in got or got[own2.id].components.spread == 0.0  # no relay: own -> foreign -> own
+
+
+def test_shared_memory_does_not_spread_into_a_private_one(eng: DynamicMemoryEngine, me: Agent) -> None:
+    bob = eng.agent("bob")
+    shared = bob.remember("team offsite in Porto", shared=True)
+    private = bob.remember("bob will skip the offsite", type="episode")
+    bob.link(shared.id, private.id, "related")
+    assert private.id in [h.memory.id for h in bob.recall("offsite Porto", k=5)]
+    ids = [e.memory_id for e in (*me.explain("offsite Porto", k=5).hits, *me.explain("offsite Porto", k=5).near_misses)]
+    assert shared.id in ids and private.id not in ids
+    assert me.edges(shared.id) == []  # the edge's other end is invisible to alice
+
+
+def test_access_ring_keeps_every_access_in_the_base_level(
+    eng: DynamicMemoryEngine, me: Agent, clock: FixedClock
+) -> None:
+    m = me.remember("frequently used fact")
+    for _ in range(100):
+        clock.advance(60)
+        me.get(m.id)
+    got = me.get(m.id, touch=False)
+    assert len(got.recent_accesses) == eng.scoring.ring_size
+    assert got.older_count == 101 - eng.scoring.ring_size  # created + 100 gets; touch=False does not count
+    assert got.access_count == 101 and len(me.accesses(m.id)) == 101
+
+
+def test_stats(eng: DynamicMemoryEngine, me: Agent) -> None:
+    used = me.remember("used fact about zebras", shared=True)
+    me.remember("never read at all")
+    me.recall("zebras", k=1)
+    eng.agent("bob").recall("zebras", k=1)
+    me.recall("zebras", k=1, channel="injected")
+    s = me.stats()
+    assert s.memories == 2 and s.by_type == {"info": 2} and s.never_fetched_share == 0.5
+    assert s.reads == 2 and s.cross_owner_reads == 1 and s.injected == 1 and s.recalls == 2
+    assert s.fetch_concentration == 1.0
+    assert used.id
+
+
+def test_lexical_only_without_an_embedder(tmp_path: Path, clock: FixedClock) -> None:
+    e = DynamicMemoryEngine(tmp_path / "lex.db", clock=clock, memory_embedder=None)
+    a = e.agent("alice")
+    m = a.remember("the deploy key rotates weekly")
+    a.remember("other things")
+    r = a.recall("deploy key")
+    assert r[0].memory.id == m.id and r[0].components.cos == 0.0 and r[0].source == "lexical"
+    e.close()
+
+
+def test_memories_survive_reopen_and_other_processes_see_them(tmp_path: Path, clock: FixedClock) -> None:
+    path = tmp_path / "p.db"
+    e1 = DynamicMemoryEngine(path, clock=clock, memory_embedder=HashingEmbedder(dim=64))
+    e2 = DynamicMemoryEngine(path, clock=clock, memory_embedder=HashingEmbedder(dim=64))
+    a1, a2 = e1.agent("alice"), e2.agent("alice")
+    assert a2.recall("walrus").hits == ()
+    m = a1.remember("the walrus sleeps on ice")
+    assert [h.memory.id for h in a2.recall("walrus")] == [m.id]  # the other engine's cache refreshed
+    assert next(h.source for h in a2.recall("sleeping walrus")) in ("both", "vector", "lexical")
+    e1.close()
+    e2.close()

@@ -1,0 +1,116 @@
+"""The scoring math: pure functions, property-tested."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engramdb.memories import scoring
+from engramdb.memories.scoring import ScoringConfig
+
+
+def test_petrov_tail_matches_the_exact_sum_over_10000_accesses() -> None:
+    rng = random.Random(7)
+    now = 10_000_000.0
+    times = sorted(rng.uniform(0, now - 1) for _ in range(10_000))
+    d = 0.5
+    exact = scoring.exact_activation_sum(times, now, d)
+    ring = 64
+    recent, older = times[-ring:], times[:-ring]
+    approx = scoring.exact_activation_sum(recent, now, d) + scoring.petrov_tail(
+        len(older), max(older), min(older), now, d
+    )
+    assert abs(approx - exact) / exact < 0.01
+    # and through base_level, as the recall uses it
+    b = scoring.base_level(recent, now, d, old_count=len(older), old_newest=max(older), old_oldest=min(older))
+    assert abs(b - math.log(exact)) < 0.01
+
+
+def test_petrov_tail_on_a_regular_rhythm() -> None:
+    now = 1_000_000.0
+    times = [now - 60 * i for i in range(1, 10_001)]  # once a minute for a week
+    exact = scoring.exact_activation_sum(times, now, 0.5)
+    recent, older = times[:64], times[64:]
+    approx = scoring.exact_activation_sum(recent, now, 0.5) + scoring.petrov_tail(
+        len(older), max(older), min(older), now, 0.5
+    )
+    assert abs(approx - exact) / exact < 0.01
+
+
+def test_never_accessed_has_zero_recency() -> None:
+    assert scoring.base_level([], 100.0, 0.5) == -math.inf
+    assert scoring.recency(-math.inf) == 0.0
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=50), st.floats(min_value=0, max_value=1e6))
+def test_recency_is_bounded_and_falls_with_time(times: list[float], later: float) -> None:
+    now = max(times) + 1
+    r1 = scoring.recency(scoring.base_level(times, now, 0.5))
+    r2 = scoring.recency(scoring.base_level(times, now + later, 0.5))
+    assert 0.0 < r2 <= r1 < 1.0
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=30))
+def test_more_accesses_never_lower_activation(times: list[float]) -> None:
+    now = max(times) + 10
+    assert scoring.base_level([*times, now - 5], now, 0.5) > scoring.base_level(times, now, 0.5)
+
+
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), max_size=40))
+def test_minmax_is_in_unit_interval_and_order_preserving(values: list[float]) -> None:
+    out = scoring.minmax(values)
+    assert all(0.0 <= v <= 1.0 for v in out)
+    pairs = list(zip(values, out, strict=True))
+    for a, x in pairs:
+        for b, y in pairs:
+            if a < b:
+                assert x <= y
+
+
+@given(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1))
+def test_relevance_is_a_convex_mix(cos: float, cue: float, lam: float) -> None:
+    r = scoring.relevance(cos, cue, lam)
+    assert min(cos, cue) - 1e-12 <= r <= max(cos, cue) + 1e-12
+
+
+GRAPH = {
+    # own(1) -> foreign(2) -> own(3): 2 is invisible, so 3 must get nothing through it
+    1: [(2, True, 1.0), (4, False, 1.0)],
+    2: [(3, True, 1.0)],
+    4: [(5, True, 1.0)],
+}
+
+
+def _neighbours(visible: set[int]) -> scoring.Neighbours[int]:
+    def fn(nodes: object) -> dict[int, list[tuple[int, bool, float]]]:
+        return {n: [e for e in GRAPH.get(n, []) if e[0] in visible] for n in nodes}  # type: ignore[attr-defined]
+
+    return fn
+
+
+def test_spread_neither_leaks_nor_relays_through_invisible_nodes() -> None:
+    cfg = ScoringConfig(hops=3)
+    got = scoring.spread({1: 1.0}, _neighbours({1, 3, 4, 5}), cfg)
+    assert 2 not in got and 3 not in got
+    assert got[4] == pytest.approx(1.0 * 0.6 * 0.6)  # associative edge: other factor × hop decay
+    assert got[5] == pytest.approx(got[4] * 1.0 * 0.6)  # causal edge from 4
+
+
+def test_spread_respects_hops_fanout_and_floor() -> None:
+    star = {0: [(i, False, 1.0 / i) for i in range(1, 10)]}
+    got = scoring.spread({0: 1.0}, lambda nodes: {n: star.get(n, []) for n in nodes}, ScoringConfig(fanout=5))
+    assert sorted(got) == [1, 2, 3, 4, 5]
+    got = scoring.spread({0: 0.1}, lambda nodes: {n: star.get(n, []) for n in nodes}, ScoringConfig(floor=0.05))
+    assert got == {}  # 0.1 × 1 × 0.6 × 0.6 = 0.036 < floor
+    assert scoring.spread({0: 1.0}, lambda nodes: {n: star.get(n, []) for n in nodes}, ScoringConfig(hops=0)) == {}
+
+
+def test_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        ScoringConfig(lam=1.5)
+    with pytest.raises(ValueError):
+        ScoringConfig(decay=1.0)

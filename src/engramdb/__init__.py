@@ -15,6 +15,7 @@ from engramdb.errors import (
     EngineFailure,
     EngramError,
     ForbiddenDDLError,
+    Forgotten,
     InvalidAgentId,
     InvalidStatement,
     MissingExtra,
@@ -26,6 +27,7 @@ from engramdb.errors import (
     TransactionError,
     ValidationError,
 )
+from engramdb.memories.forgetting import ForgettingPolicy, prune_time, retention
 from engramdb.memories.model import (
     AccessRecord,
     Channel,
@@ -37,6 +39,7 @@ from engramdb.memories.model import (
     MemoryRef,
     MemoryType,
     TodoStatus,
+    Tombstone,
 )
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.observability.stats import Stats
@@ -83,6 +86,8 @@ __all__ = [
     "Explained",
     "Explanation",
     "ForbiddenDDLError",
+    "ForgettingPolicy",
+    "Forgotten",
     "Hit",
     "InvalidAgentId",
     "InvalidStatement",
@@ -105,6 +110,7 @@ __all__ = [
     "TeamMemoryConfig",
     "TodoStatus",
     "TokenCounter",
+    "Tombstone",
     "ToolSpec",
     "TransactionError",
     "ValidationError",
@@ -114,6 +120,8 @@ __all__ = [
     "load_config",
     "memory_schema",
     "open_team_memory_engine",
+    "prune_time",
     "render_evidence",
+    "retention",
     "tool_specs",
 ]

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engramdb.errors import NotFound, ValidationError
+from engramdb.errors import Forgotten, NotFound, ValidationError
 from engramdb.memories import model as mm
+from engramdb.memories.forgetting import prunable, with_lifecycle
 from engramdb.memories.model import (
     AccessRecord,
     Channel,
@@ -25,6 +26,7 @@ from engramdb.memories.model import (
     Memory,
     MemoryRef,
     MemoryType,
+    Tombstone,
 )
 from engramdb.memories.store import (
     MEMORY_COLUMNS,
@@ -136,8 +138,15 @@ class Agent:
         status: str | None = None,
         created_at: float | None = None,
         confidentiality: Confidentiality | int | None = None,
+        dedup: bool = True,
+        force: bool = False,
     ) -> Memory:
         """Store one memory and return it. Private to this agent unless `shared`.
+
+        With `dedup` (default), a memory within cosine `engine.dedup_threshold` (0.92) of a visible
+        one of the same type, owner and tenant, at or above its confidentiality, reinforces that one
+        (logged ``reinforced``) and that one is returned. Content that was deliberately forgotten
+        raises `Forgotten` unless `force`.
 
         Raises `ValidationError` (nothing written) for empty content, an unknown type, scores out
         of range, a status on a non-todo, or validity that ends before it starts.
@@ -149,7 +158,9 @@ class Agent:
                     entities=entities, title=title, refs=refs, valid_from=valid_from, valid_to=valid_to, shared=shared,
                     status=status, created_at=created_at, confidentiality=confidentiality,
                 )
-            ]
+            ],
+            dedup=dedup,
+            force=force,
         )[0]  # fmt: skip
 
     def _prepare(self, item: Mapping[str, Any], now: float) -> dict[str, Any]:
@@ -204,8 +215,12 @@ class Agent:
         except ValueError:
             raise ValidationError(f"unknown confidentiality level {value!r}; use 0–3 or a Confidentiality") from None
 
-    def remember_many(self, items: Iterable[Mapping[str, Any]]) -> list[Memory]:
-        """Store many memories in one transaction (all or nothing); each item takes `remember`'s arguments."""
+    def remember_many(
+        self, items: Iterable[Mapping[str, Any]], *, dedup: bool = True, force: bool = False
+    ) -> list[Memory]:
+        """Store many memories in one transaction (all or nothing); each item takes `remember`'s
+        arguments. Dedup and tombstones apply per item as in `remember`; the result keeps the
+        order of `items` (a deduplicated item returns the memory it reinforced)."""
         now = self.engine.clock()
         prepared = [self._prepare(item, now) for item in items]
         if not prepared:
@@ -216,6 +231,62 @@ class Agent:
             if embedder
             else None
         )
+        conn = self._db()
+        if not force:
+            self._refuse_forgotten(conn.raw, prepared)
+        reinforced = self._duplicates(conn.raw, prepared, vectors) if dedup and vectors is not None else {}
+        if reinforced:
+            with self.engine.store.atomic(conn), translate(conn):
+                log_accesses(
+                    conn.raw, [Touch(n, Channel.REINFORCED) for n in set(reinforced.values())], now=now,
+                    tenant=self.tenant, reader=self.agent_id, ring_size=self.engine.scoring.ring_size,
+                )  # fmt: skip
+            kept = [i for i in range(len(prepared)) if i not in reinforced]
+            fresh = (
+                self._insert([prepared[i] for i in kept], None if vectors is None else vectors[kept], now)
+                if kept
+                else []
+            )
+            by_index = dict(zip(kept, fresh, strict=True))
+            with translate(conn):
+                again = {n: self._annotated(self._row_by_n(conn.raw, n)) for n in set(reinforced.values())}
+            return [by_index[i] if i in by_index else again[reinforced[i]] for i in range(len(prepared))]
+        return self._insert(prepared, vectors, now)
+
+    def _refuse_forgotten(self, db: sqlite3.Connection, prepared: list[dict[str, Any]]) -> None:
+        for p in prepared:
+            row = db.execute(
+                "SELECT memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason FROM engram_tombstones "
+                "WHERE tenant = ? AND owner = ? AND content_hash = ? ORDER BY id DESC LIMIT 1",
+                (self.tenant, p["owner"], content_hash(p["content"])),
+            ).fetchone()
+            if row is not None:
+                stone = Tombstone(*row)
+                raise Forgotten(
+                    f"this content was forgotten by {stone.forgotten_by} (memory {stone.memory_id}, reason: "
+                    f"{stone.reason or 'none given'}); pass force=True to store it again",
+                    stone,
+                )
+
+    def _duplicates(self, db: sqlite3.Connection, prepared: list[dict[str, Any]], vectors: Any) -> dict[int, int]:
+        """{item index: n of the visible memory it duplicates} (same type, owner, tenant; level ≥ the item's)."""
+        channel = self.engine.vectors
+        if channel is None:
+            return {}
+        channel.refresh(db)
+        vis = self._vis()
+        found: dict[int, int] = {}
+        for i, p in enumerate(prepared):
+            best = channel.search(
+                vectors[i], 1, vis, types=frozenset({p["type"].value}), owner=p["owner"], min_level=int(p["level"])
+            )
+            for n, cos in best.items():
+                if cos >= self.engine.dedup_threshold:
+                    found[i] = n
+        return found
+
+    def _insert(self, prepared: list[dict[str, Any]], vectors: Any, now: float) -> list[Memory]:
+        embedder = self.engine.memory_embedder
         conn = self._db()
         out: list[Memory] = []
         ns: list[int] = []
@@ -257,7 +328,15 @@ class Agent:
             append_stream(
                 db, [Touch(n, Channel.CREATED) for n in ns], now=now, tenant=self.tenant, reader=self.agent_id
             )
-        return out
+        return [self._annotated(m, now) for m in out]
+
+    def _annotated(self, memory: Memory | tuple[Any, ...], now: float | None = None) -> Memory:
+        """A memory (or row) with its read-time retention and projected prune time."""
+        m = memory if isinstance(memory, Memory) else row_to_memory(memory)
+        return with_lifecycle(m, self.engine.clock() if now is None else now, self.engine.forgetting)
+
+    def _row_by_n(self, db: sqlite3.Connection, n: int) -> tuple[Any, ...]:
+        return tuple(db.execute(f"SELECT {MEMORY_COLUMNS} FROM engram_memories WHERE n = ?", (n,)).fetchone())  # noqa: S608 - constant
 
     def get(self, memory_id: str, *, touch: bool = True) -> Memory:
         """The memory `memory_id` if this agent may see it, else `NotFound`.
@@ -269,13 +348,13 @@ class Agent:
         with translate(conn):
             row = self._row(conn.raw, memory_id)
             if not touch:
-                return row_to_memory(row)
+                return self._annotated(row)
             with self.engine.store.atomic(conn):
                 log_accesses(
                     conn.raw, [Touch(int(row[0]), Channel.DEREF)], now=self.engine.clock(), tenant=self.tenant,
                     reader=self.agent_id, ring_size=self.engine.scoring.ring_size,
                 )  # fmt: skip
-            return row_to_memory(self._row(conn.raw, memory_id))
+            return self._annotated(self._row(conn.raw, memory_id))
 
     def update(
         self,
@@ -288,10 +367,12 @@ class Agent:
         confidence: float | None = None,
         status: str | None = None,
         tags: Iterable[str] | None = None,
+        confidentiality: Confidentiality | int | None = None,
     ) -> Memory:
         """Change a memory this agent may write (its own, or a shared one of its tenant).
 
-        A content or title change keeps the previous version reachable through `history`.
+        A content or title change keeps the previous version reachable through `history`. A new
+        confidentiality may never be below this agent's floor (`ValidationError`).
         """
         conn = self._db()
         now = self.engine.clock()
@@ -305,6 +386,11 @@ class Agent:
             current.confidence if confidence is None else confidence,
         )
         new_status = current.status if status is None else mm.check_status(current.type, status)
+        level = current.confidentiality if confidentiality is None else self._level(confidentiality)
+        if level < self.floor:
+            raise ValidationError(
+                f"confidentiality {level.name} is below this agent's floor {self.floor.name}; an update cannot lower it there"
+            )
         if status is not None and current.type is not MemoryType.TODO:
             mm.check_status(current.type, status)
         new_content = current.content if content is None else mm.check_content(content)
@@ -331,18 +417,18 @@ class Agent:
                 fts_insert(db, n, new_title, new_content, " ".join(new_tags))
             db.execute(
                 "UPDATE engram_memories SET content = ?, title = ?, tags = ?, importance = ?, salience = ?, confidence = ?, "
-                "status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, terms = ?, changed = ? "
-                "WHERE n = ?",
+                "status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, terms = ?, changed = ?, "
+                "confidentiality = ? WHERE n = ?",
                 (
                     new_content, new_title, json.dumps(list(new_tags)), imp, sal, conf,
                     new_status.value if new_status else None, version, len(new_content), approx_tokens(new_content),
                     mm.count_sentences(new_content), content_hash(new_content), cue_terms(new_title, new_content, *new_tags),
-                    change, n,
+                    change, int(level), n,
                 ),
             )  # fmt: skip
             if vec is not None and embedder is not None:
                 db.execute("INSERT OR REPLACE INTO engram_vectors VALUES (?, ?, ?)", (n, embedder.name, vec.tobytes()))
-            return row_to_memory(self._row(db, memory_id))
+            return self._annotated(self._row(db, memory_id), now)
 
     def history(self, memory_id: str) -> list[MemoryVersion]:
         """Earlier versions of a memory, oldest first (the current one is `get`)."""
@@ -365,11 +451,17 @@ class Agent:
         conn = self._db()
         now = self.engine.clock()
         with self.engine.store.atomic(conn), translate(conn):
-            a = int(self._row(conn.raw, source)[0])
-            b = int(self._row(conn.raw, target)[0])
+            ra, rb = self._row(conn.raw, source), self._row(conn.raw, target)
+            a, b = int(ra[0]), int(rb[0])
             conn.raw.execute(
                 "INSERT OR REPLACE INTO engram_edges VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (a, b, etype.value, float(weight), self.tenant, now, self.agent_id),
+            )
+            # Confidentiality travels: what is linked into a more confidential memory rises to its level.
+            level = max(int(ra[17]), int(rb[17]))
+            conn.raw.execute(
+                "UPDATE engram_memories SET confidentiality = ?, changed = ? WHERE n IN (?, ?) AND confidentiality < ?",
+                (level, next_change(conn.raw), a, b, level),
             )
         return Edge(source, target, etype, float(weight), now)
 
@@ -387,6 +479,90 @@ class Agent:
                 dict(params, n=n),
             ).fetchall()
         return [Edge(s, d, EdgeType(t), w, c) for s, d, t, w, c in rows]
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def forget(self, memory_id: str, *, reason: str = "") -> Tombstone:
+        """Remove a memory for good and leave a value-level tombstone (fingerprint, who, when, why).
+
+        The text, its vector, index entries, versions and edges are deleted (archival alone is not
+        forgetting); the access stream keeps its records. Remembering the same content again
+        raises `Forgotten` unless forced. Forgetting an id that is gone (or invisible) is `NotFound`.
+        """
+        if not isinstance(reason, str):
+            raise ValidationError("reason must be a str")
+        conn = self._db()
+        now = self.engine.clock()
+        with self.engine.store.atomic(conn), translate(conn):
+            db = conn.raw
+            row = self._row(db, memory_id, self._vis())
+            memory, n = row_to_memory(row), int(row[0])
+            if memory.owner not in ("", self.agent_id):
+                raise NotFound(f"no memory {memory_id!r} is visible to agent {self.agent_id}")
+            stone = Tombstone(
+                memory.id, memory.tenant, memory.owner, content_hash(memory.content), self.agent_id, now, reason
+            )
+            db.execute(
+                "INSERT INTO engram_tombstones (memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (stone.memory_id, stone.tenant, stone.owner, stone.content_hash, stone.forgotten_by, now, reason),
+            )
+            fts_delete(db, n, memory.title, memory.content, " ".join(memory.tags))
+            db.execute("DELETE FROM engram_edges WHERE src = ? OR dst = ?", (n, n))
+            db.execute("DELETE FROM engram_vectors WHERE n = ?", (n,))
+            db.execute("DELETE FROM engram_versions WHERE n = ?", (n,))
+            # An archived husk without text stays, so the access stream keeps its key and caches
+            # see the change; its id is retired so the old id answers NotFound from now on.
+            db.execute(
+                "UPDATE engram_memories SET archived = 1, id = ?, content = '', title = '', tags = '[]', entities = '[]', "
+                "refs = '[]', terms = '', content_hash = '', changed = ? WHERE n = ?",
+                (f"forgotten:{n}", next_change(db), n),
+            )
+        return stone
+
+    def prune(self, *, include_shared: bool = False) -> list[str]:
+        """Archive this agent's memories whose retention fell below the threshold; return their ids.
+
+        Guarded, whatever the clock says: never younger than the minimum age, never a protected
+        type (skill), never an open todo, never importance ≥ 8 (see `ForgettingPolicy`). Prunes
+        only this agent's own namespace unless `include_shared`.
+        """
+        policy = self.engine.forgetting
+        now = self.engine.clock()
+        owners = ("", self.agent_id) if include_shared else (self.agent_id,)
+        doomed = [m for m in self.memories() if m.owner in owners and prunable(m, now, policy)]
+        if not doomed:
+            return []
+        conn = self._db()
+        with self.engine.store.atomic(conn), translate(conn):
+            change = next_change(conn.raw)
+            conn.raw.executemany(
+                "UPDATE engram_memories SET archived = 1, changed = ? WHERE id = ? AND tenant = ? AND archived = 0",
+                [(change, m.id, self.tenant) for m in doomed],
+            )
+        return [m.id for m in doomed]
+
+    def supersede(self, old_id: str, new_id: str) -> Edge:
+        """Close the old fact (its `valid_to` becomes the new one's `valid_from`, or now) and link the
+        new one to it with `refines`. Both must belong to the same owner."""
+        conn = self._db()
+        now = self.engine.clock()
+        with translate(conn):
+            old = row_to_memory(self._row(conn.raw, old_id))
+            new = row_to_memory(self._row(conn.raw, new_id))
+        if old.id == new.id:
+            raise ValidationError("a memory cannot supersede itself")
+        if old.owner != new.owner or old.owner not in ("", self.agent_id):
+            raise ValidationError("supersede works within one owner: both memories must be yours, or both shared")
+        until = new.valid_from if new.valid_from is not None else now
+        if old.valid_from is not None and until < old.valid_from:
+            raise ValidationError("the new fact starts before the old one did; nothing to supersede")
+        with self.engine.store.atomic(conn), translate(conn):
+            conn.raw.execute(
+                "UPDATE engram_memories SET valid_to = ?, changed = ? WHERE id = ? AND tenant = ?",
+                (until, next_change(conn.raw), old.id, self.tenant),
+            )
+        return self.link(new.id, old.id, EdgeType.REFINES)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -528,5 +704,6 @@ class Agent:
                 f"SELECT {MEMORY_COLUMNS} FROM engram_memories m WHERE {pred} ORDER BY m.n",  # noqa: S608 - engine-built fragments, values bound
                 params,
             ).fetchall()
-        out = [row_to_memory(r) for r in rows]
+        now = self.engine.clock()
+        out = [self._annotated(r, now) for r in rows]
         return [m for m in out if wanted is None or m.type in wanted]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import engramdb.memories.schema  # noqa: F401  (registers the memory tables' migration)
 from engramdb.config import TeamMemoryConfig, load_config
 from engramdb.errors import MissingExtra
+from engramdb.memories.forgetting import ForgettingPolicy, with_lifecycle
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.recall import Recaller
 from engramdb.scopes.policy import ENGINE_PREFIX, ascii_lower
@@ -54,6 +55,8 @@ class DynamicMemoryEngine:
             when the ``memory`` extra is installed, else none), an `Embedder`, or None for
             lexical-only recall.
         scoring: the recall constants (`ScoringConfig`).
+        forgetting: retention and prune guards (`ForgettingPolicy`).
+        dedup_threshold: cosine at or above which `remember` reinforces an existing memory instead.
     """
 
     def __init__(
@@ -69,6 +72,8 @@ class DynamicMemoryEngine:
         synchronous: str = "NORMAL",
         memory_embedder: Embedder | str | None = "default",
         scoring: ScoringConfig | None = None,
+        forgetting: ForgettingPolicy | None = None,
+        dedup_threshold: float = 0.92,
     ) -> None:
         settings = SqliteSettings(
             busy_timeout=busy_timeout,
@@ -93,7 +98,11 @@ class DynamicMemoryEngine:
             from engramdb.retrieval.vector_channel import VectorChannel
 
             self._channel = VectorChannel(self.memory_embedder)
+        self.forgetting = forgetting or ForgettingPolicy()
+        #: a new memory this close (cosine) to a visible one of the same type and owner reinforces it instead
+        self.dedup_threshold = dedup_threshold
         self.recaller = Recaller(self._store, self.clock, self.scoring, self.memory_embedder, self._channel)
+        self.recaller.annotate = lambda m, now: with_lifecycle(m, now, self.forgetting)
         self._shared = MemoryScope(self._store, SHARED, lambda: self._embedder)
         self._private: dict[str, MemoryScope] = {}
 
@@ -122,6 +131,11 @@ class DynamicMemoryEngine:
         from engramdb.agent import Agent
 
         return Agent(self, agent_id, tenant=tenant)
+
+    @property
+    def vectors(self) -> VectorChannel | None:
+        """The in-memory vector cache of memories (engine-internal)."""
+        return self._channel
 
     @property
     def path(self) -> Path:

@@ -14,6 +14,7 @@
     │   ├── InvalidAgentId           an agent id that breaks the id rule
     │   ├── ConfigError              an unknown or ill-typed configuration key
     │   ├── ValidationError          a memory field out of range or of the wrong type
+    │   ├── Forgotten                the content was deliberately forgotten; pass force=True to store it again
     │   └── NotFound                 no visible memory has that id (also said for ids the caller may not see)
     └── EngineFailure                something went wrong that the caller did not cause
         ├── BackendError             the database failed (I/O, locked past the busy timeout, closed engine)
@@ -79,6 +80,17 @@ class ConfigError(CallerError):
 
 class ValidationError(CallerError):
     """A memory field is out of range or of the wrong type."""
+
+
+class Forgotten(CallerError):
+    """The content matches a tombstone: it was deliberately forgotten and is not re-created silently.
+
+    `tombstone` says who forgot it, when and why. Pass ``force=True`` to store it anyway.
+    """
+
+    def __init__(self, message: str, tombstone: object) -> None:
+        super().__init__(message)
+        self.tombstone = tombstone
 
 
 class NotFound(CallerError):

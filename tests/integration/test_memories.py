@@ -154,7 +154,7 @@ def test_injected_reads_log_but_never_reinforce(me: Agent) -> None:
 
 def test_dry_run_and_explain_touch_nothing(eng: DynamicMemoryEngine, me: Agent) -> None:
     for i in range(12):
-        me.remember(f"fact number {i} about rotation keys")
+        me.remember(f"fact number {i} about rotation keys", dedup=False)
     accesses, recalls = _count(eng, "engram_access"), _count(eng, "engram_recalls")
     ex = me.explain("rotation keys", k=3)
     assert ex.recall_id is None and len(ex.hits) == 3 and len(ex.near_misses) == 5
@@ -164,7 +164,7 @@ def test_dry_run_and_explain_touch_nothing(eng: DynamicMemoryEngine, me: Agent) 
 
 def test_explain_replays_a_past_recall_from_the_stream(me: Agent, clock: FixedClock) -> None:
     for i in range(8):
-        me.remember(f"the key rotation schedule entry {i}", importance=i)
+        me.remember(f"the key rotation schedule entry {i}", importance=i, dedup=False)
     r = me.recall("key rotation schedule", k=3)
     clock.advance(DAY)
     me.remember("the key rotation schedule changed completely", importance=10)

@@ -139,6 +139,19 @@ class AccessRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What is left of a forgotten memory: a value-level fingerprint, who, when and why — no content."""
+
+    memory_id: str
+    tenant: str
+    owner: str
+    content_hash: str
+    forgotten_by: str
+    forgotten_at: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Memory:
     """One memory as stored. Scores are separate on purpose: only `strength` moves with use."""
 
@@ -174,6 +187,9 @@ class Memory:
     older_count: int = field(default=0, repr=False)
     older_newest: float | None = field(default=None, repr=False)
     older_oldest: float | None = field(default=None, repr=False)
+    #: retention now (exp(−Δt/S), evaluated on read) and the projected prune time, when known
+    retention: float | None = None
+    prune_at: float | None = None
 
     @property
     def shared(self) -> bool:

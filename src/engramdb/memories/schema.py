@@ -98,3 +98,15 @@ def _m0004_memories(db: sqlite3.Connection) -> None:
 
 
 register(Migration(4, "memories", _m0004_memories))
+
+
+def _m0005_tombstones(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE engram_tombstones (
+            id INTEGER PRIMARY KEY, memory_id TEXT NOT NULL, tenant TEXT NOT NULL, owner TEXT NOT NULL,
+            content_hash TEXT NOT NULL, forgotten_by TEXT NOT NULL, forgotten_at REAL NOT NULL, reason TEXT NOT NULL)"""
+    )
+    db.execute("CREATE INDEX engram_tombstones_hash ON engram_tombstones (tenant, owner, content_hash)")
+
+
+register(Migration(5, "tombstones", _m0005_tombstones))

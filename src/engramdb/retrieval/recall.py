@@ -87,6 +87,8 @@ class Recaller:
     ) -> None:
         self.store, self.clock, self.config = store, clock, config
         self.embedder, self.channel = embedder, channel
+        #: adds read-time fields (retention, prune time) to each memory shown; set by the engine
+        self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -148,6 +150,23 @@ class Recaller:
                 out[int(row[0])] = row_to_memory(row)
         return out
 
+    def _contradictions(self, db: sqlite3.Connection, ns: list[int], vis: Visibility) -> dict[int, tuple[str, ...]]:
+        """'contradicted by …' notes for hits with a visible `contradicts` edge, either way round."""
+        if not ns:
+            return {}
+        pred, params = vis.sql("m")
+        marks = ",".join(f":h{i}" for i in range(len(ns)))
+        named = dict(params, **{f"h{i}": n for i, n in enumerate(ns)})
+        notes: dict[int, list[str]] = {}
+        for near, far in (("src", "dst"), ("dst", "src")):
+            sql = (
+                f"SELECT e.{near}, m.id, substr(m.content, 1, 120) FROM engram_edges e "  # noqa: S608 - engine-built fragments, values bound
+                f"JOIN engram_memories m ON m.n = e.{far} WHERE e.type = 'contradicts' AND e.{near} IN ({marks}) AND {pred}"
+            )
+            for n, other, preview in db.execute(sql, named):
+                notes.setdefault(int(n), []).append(f"contradicted by {other}: {preview}")
+        return {n: tuple(v) for n, v in notes.items()}
+
     def _neighbours(self, db: sqlite3.Connection, vis: Visibility) -> scoring.Neighbours[int]:
         pred, params = vis.sql("m")
 
@@ -196,14 +215,8 @@ class Recaller:
         if self.channel is not None and self.embedder is not None:
             self.channel.refresh(db)
             qvec = self.embedder.embed([query])[0]
-            # With a type filter, look further down the list: the filter applies after the kNN.
-            vector = self.channel.search(qvec, cfg.candidates * (4 if types else 1), vis)
+            vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
         cands = self._candidates(db, list(dict.fromkeys([*lexical, *vector])), vis, type_names)
-        if type_names and len(vector) > cfg.candidates:
-            keep = sorted((n for n in cands if n in vector and n not in lexical), key=lambda n: -vector[n])[
-                : cfg.candidates
-            ]
-            cands = {n: c for n, c in cands.items() if n in lexical or n in keep}
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
         qstems = frozenset(stem(w) for w in kws)
@@ -231,7 +244,11 @@ class Recaller:
         for c in (*top, *near):
             c.memory = full[c.n]
         recall_id = None if dry_run else "rc_" + secrets.token_hex(8)
-        hits = tuple(Hit(_memory(c), c.score, i + 1, c.components(), c.source) for i, c in enumerate(top))
+        notes = self._contradictions(db, [c.n for c in top], vis)
+        hits = tuple(
+            Hit(self.annotate(_memory(c), now), c.score, i + 1, c.components(), c.source, notes.get(c.n, ()))
+            for i, c in enumerate(top)
+        )
         explanation = Explanation(
             recall_id=recall_id,
             query=query,

@@ -53,6 +53,8 @@ class VectorChannel:
         self._archived = np.zeros(cap, dtype=np.bool_)
         self._vfrom = np.full(cap, np.nan)
         self._vto = np.full(cap, np.nan)
+        self._type = np.zeros(cap, dtype=np.int32)
+        self._types = _Codes()
 
     def _grow(self, need: int) -> None:
         cap = len(self._tenant)
@@ -68,6 +70,7 @@ class VectorChannel:
         self._tenant, self._owner = grown(self._tenant, 0), grown(self._owner, 0)
         self._level, self._archived = grown(self._level, 0), grown(self._archived, 0)
         self._vfrom, self._vto = grown(self._vfrom, np.nan), grown(self._vto, np.nan)
+        self._type = grown(self._type, 0)
 
     def refresh(self, db: sqlite3.Connection) -> None:
         """Load whatever changed since the last refresh (cheap when nothing did)."""
@@ -76,17 +79,25 @@ class VectorChannel:
             if latest == self._seen:
                 return
             rows = db.execute(
-                "SELECT m.n, m.tenant, m.owner, m.confidentiality, m.archived, m.valid_from, m.valid_to, v.vec "
-                "FROM engram_memories m JOIN engram_vectors v ON v.n = m.n "
-                "WHERE m.changed > ? AND v.model = ?",
-                (self._seen, self.embedder.name),
+                "SELECT m.n, m.tenant, m.owner, m.confidentiality, m.archived, m.valid_from, m.valid_to, v.vec, m.type "
+                "FROM engram_memories m LEFT JOIN engram_vectors v ON v.n = m.n AND v.model = ? "
+                "WHERE m.changed > ?",
+                (self.embedder.name, self._seen),
             ).fetchall()
+            # A changed row without a vector (forgotten, or written without an embedder) must not
+            # keep a stale cached vector visible: it is marked archived in the cache.
+            gone = [r[0] for r in rows if r[7] is None]
+            rows = [r for r in rows if r[7] is not None]
+            for n in gone:
+                row = self.index.row_of(n)
+                if row is not None:
+                    self._archived[row] = True
             if rows:
                 keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
                 vecs = np.frombuffer(b"".join(r[7] for r in rows), dtype=np.float32).reshape(len(rows), self.index.dim)
                 self.index.upsert(keys, vecs)
                 self._grow(len(self.index))
-                for n, tenant, owner, level, archived, vfrom, vto, _ in rows:
+                for n, tenant, owner, level, archived, vfrom, vto, _, mtype in rows:
                     row = self.index.row_of(n)
                     assert row is not None
                     self._tenant[row] = self._codes.get(tenant)
@@ -95,6 +106,7 @@ class VectorChannel:
                     self._archived[row] = bool(archived)
                     self._vfrom[row] = math.nan if vfrom is None else vfrom
                     self._vto[row] = math.nan if vto is None else vto
+                    self._type[row] = self._types.get(mtype)
             self._seen = latest
 
     def mask(self, vis: Visibility) -> npt.NDArray[np.bool_]:
@@ -112,9 +124,27 @@ class VectorChannel:
                 m &= (np.isnan(vf) | (vf <= vis.as_of)) & (np.isnan(vt) | (vt > vis.as_of))
         return np.asarray(m, dtype=np.bool_)
 
-    def search(self, query_vec: npt.NDArray[np.float32], k: int, vis: Visibility) -> dict[int, float]:
-        """The `k` most similar visible memories: {n: cosine}."""
-        keys, sims = self.index.search(query_vec, k, self.mask(vis))
+    def search(
+        self,
+        query_vec: npt.NDArray[np.float32],
+        k: int,
+        vis: Visibility,
+        *,
+        types: frozenset[str] | None = None,
+        owner: str | None = None,
+        min_level: int | None = None,
+    ) -> dict[int, float]:
+        """The `k` most similar visible memories, {n: cosine}, optionally of `types`, of exactly
+        `owner`, and at or above `min_level` — every filter applied before the top-k."""
+        mask = self.mask(vis)
+        n = len(self.index)
+        if types:
+            mask &= np.isin(self._type[:n], [self._types.find(t) for t in types])
+        if owner is not None:
+            mask &= self._owner[:n] == self._codes.find(owner)
+        if min_level is not None:
+            mask &= self._level[:n] >= min_level
+        keys, sims = self.index.search(query_vec, k, mask)
         return dict(zip(keys.tolist(), sims.tolist(), strict=True))
 
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:

@@ -1,0 +1,216 @@
+"""Forgetting, prune guards, tombstones, validity and supersede, contradictions, dedup, confidentiality."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engramdb import (
+    Confidentiality,
+    DynamicMemoryEngine,
+    ForgettingPolicy,
+    Forgotten,
+    Memory,
+    MemoryType,
+    NotFound,
+    TodoStatus,
+    ValidationError,
+    prune_time,
+    retention,
+)
+from engramdb.memories.forgetting import guarded, prunable, stability
+from engramdb.testing import FixedClock, fake_embedder
+
+HOUR, DAY = 3600.0, 86_400.0
+
+
+@pytest.fixture
+def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
+    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=fake_embedder())
+    yield e
+    e.close()
+
+
+# -- pure forgetting ---------------------------------------------------------------------------
+
+
+def _mem(**kw: object) -> Memory:
+    base: dict[str, object] = dict(
+        id="a:1", tenant="t", owner="a", author="a", type=MemoryType.INFO, title="", content="x",
+        importance=5.0, recorded_at=0.0, last_access=0.0,
+    )  # fmt: skip
+    base.update(kw)
+    return Memory(**base)  # type: ignore[arg-type]
+
+
+def test_retention_is_an_e_folding_curve() -> None:
+    policy = ForgettingPolicy()
+    m = _mem()
+    assert retention(m, 0.0, policy) == 1.0
+    assert retention(m, policy.e_folding, policy) == pytest.approx(math.exp(-1))  # not one half
+    assert stability(3, policy) == pytest.approx(policy.e_folding * (1 + math.log(4)))
+    assert retention(_mem(strength=5), 10 * DAY, policy) > retention(m, 10 * DAY, policy)
+    assert retention(m, prune_time(m, policy), policy) == pytest.approx(policy.threshold)
+
+
+@given(
+    st.sampled_from(list(MemoryType)),
+    st.floats(0, 10),
+    st.integers(0, 50),
+    st.floats(-1e9, 1e10),
+    st.floats(0, 1e9),
+    st.sampled_from([None, TodoStatus.OPEN, TodoStatus.DONE]),
+)
+def test_no_guarded_memory_is_ever_pruned_whatever_the_clock(
+    mtype: MemoryType, importance: float, strength: int, now: float, recorded: float, status: TodoStatus | None
+) -> None:
+    policy = ForgettingPolicy()
+    m = _mem(
+        type=mtype, importance=importance, strength=strength, recorded_at=recorded, last_access=recorded,
+        status=status if mtype is MemoryType.TODO else None,
+    )  # fmt: skip
+    if (
+        mtype is MemoryType.SKILL
+        or (mtype is MemoryType.TODO and m.status is TodoStatus.OPEN)
+        or importance >= 8
+        or now - recorded < policy.min_age
+    ):
+        assert guarded(m, now, policy) is not None
+        assert not prunable(m, now, policy)
+
+
+def test_prune_archives_faded_memories_and_keeps_guarded_ones(eng: DynamicMemoryEngine, clock: FixedClock) -> None:
+    me = eng.agent("alice")
+    faded = me.remember("a passing remark about the weather", importance=2, dedup=False)
+    skill = me.remember("how to rotate the deploy key", type="skill", importance=2)
+    todo = me.remember("file the expense report", type="todo", importance=2)
+    vital = me.remember("the production database password lives in the vault", importance=9)
+    shared = me.remember("a shared passing remark", importance=2, shared=True)
+    assert me.get(faded.id, touch=False).retention == pytest.approx(1.0)
+    assert me.prune() == []  # nothing has faded yet, and all are younger than the minimum age
+    clock.advance(400 * DAY)
+    assert me.get(faded.id, touch=False).retention < 0.05
+    assert me.prune() == [faded.id]
+    left = {m.id for m in me.memories()}
+    assert faded.id not in left and {skill.id, todo.id, vital.id, shared.id} <= left
+    assert me.prune(include_shared=True) == [shared.id]
+    assert me.prune() == []
+
+
+# -- forgetting with tombstones ----------------------------------------------------------------
+
+
+def test_forget_leaves_a_tombstone_and_blocks_silent_recreation(eng: DynamicMemoryEngine, clock: FixedClock) -> None:
+    me = eng.agent("alice")
+    m = me.remember("Bob's phone number is 555-0100", tags=["contacts"])
+    other = me.remember("Bob likes jazz")
+    me.link(m.id, other.id)
+    stone = me.forget(m.id, reason="user asked")
+    assert (stone.memory_id, stone.forgotten_by, stone.reason, stone.forgotten_at) == (
+        m.id,
+        "alice",
+        "user asked",
+        clock.now,
+    )
+    assert me.recall("Bob phone number").memories == [me.get(other.id, touch=False)] or all(
+        h.memory.id != m.id for h in me.recall("Bob phone number")
+    )
+    with pytest.raises(NotFound):
+        me.get(m.id)
+    with pytest.raises(NotFound):
+        me.forget(m.id)  # forgetting twice
+    assert me.edges(other.id) == []
+    with pytest.raises(Forgotten) as err:
+        me.remember("bob's phone number is 555 0100!")  # the same value, case and punctuation aside
+    assert err.value.tombstone.memory_id == m.id and "force=True" in str(err.value)
+    assert me.remember("Bob's phone number is 555-0100", force=True).content == "Bob's phone number is 555-0100"
+    # the text is gone from the file, not just hidden
+    db = sqlite3.connect(eng.path)
+    assert db.execute("SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'").fetchone()[0] == 1
+    db.close()
+
+
+def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
+    alice, bob = eng.agent("alice"), eng.agent("bob")
+    alice.forget(alice.remember("the launch code is blue").id)
+    assert bob.remember("the launch code is blue").owner == "bob"  # bob never forgot it
+
+
+def test_archival_is_not_forgetting(eng: DynamicMemoryEngine, clock: FixedClock) -> None:
+    me = eng.agent("alice")
+    m = me.remember("an idle thought", importance=1)
+    clock.advance(400 * DAY)
+    assert me.prune() == [m.id]
+    assert me.remember("an idle thought").id != m.id  # archived only: no tombstone
+
+
+# -- validity, supersede, contradictions ---------------------------------------------------------
+
+
+def test_supersede_closes_the_old_fact(eng: DynamicMemoryEngine, clock: FixedClock) -> None:
+    me = eng.agent("alice")
+    t0 = clock.now
+    old = me.remember("Ada leads the payments team", valid_from=t0 - 30 * DAY)
+    clock.advance(DAY)
+    new = me.remember("Grace leads the payments team", valid_from=clock.now)
+    edge = me.supersede(old.id, new.id)
+    assert edge.type == "refines" and (edge.source, edge.target) == (new.id, old.id)
+    assert me.get(old.id, touch=False).valid_to == clock.now
+    assert [h.memory.id for h in me.search("leads payments team")] == [new.id]
+    assert [h.memory.id for h in me.search("leads payments team", as_of=t0 - DAY)] == [old.id]
+    bob_fact = eng.agent("bob").remember("Bob leads payments", shared=True)
+    with pytest.raises(ValidationError, match="within one owner"):
+        me.supersede(old.id, bob_fact.id)
+
+
+def test_contradictions_are_surfaced_on_hits(eng: DynamicMemoryEngine) -> None:
+    me = eng.agent("alice")
+    a = me.remember("The API rate limit is 100 requests per minute")
+    b = me.remember("The API rate limit is 1000 requests per minute", dedup=False)
+    me.link(b.id, a.id, "contradicts")
+    hits = me.recall("API rate limit", k=2)
+    notes = {h.memory.id: h.notes for h in hits}
+    assert any(b.id in n for n in notes[a.id]) and any(a.id in n for n in notes[b.id])
+    assert "contradicted by" in hits.as_evidence(400)
+
+
+# -- dedup on write ------------------------------------------------------------------------------
+
+
+def test_dedup_reinforces_instead_of_duplicating(eng: DynamicMemoryEngine) -> None:
+    me = eng.agent("alice")
+    m = me.remember("The staging cluster runs in eu-west-1")
+    again = me.remember("The staging cluster runs in eu-west-1.")
+    assert again.id == m.id and again.strength == 1
+    assert [a.channel for a in me.accesses(m.id)] == ["created", "reinforced"]
+    assert len(me.memories()) == 1
+    assert me.remember("The staging cluster runs in eu-west-1", type="episode").id != m.id  # other type
+    assert me.remember("The staging cluster runs in eu-west-1", shared=True).owner == ""  # other owner
+    assert eng.agent("bob").remember("The staging cluster runs in eu-west-1").owner == "bob"
+    assert eng.agent("alice", tenant="globex").remember("The staging cluster runs in eu-west-1").tenant == "globex"
+    secret = me.remember("The staging cluster runs in eu-west-1", confidentiality=Confidentiality.CONFIDENTIAL)
+    assert secret.id != m.id  # never merged downward into a less confidential memory
+
+
+# -- confidentiality travels ---------------------------------------------------------------------
+
+
+def test_linking_raises_the_lower_level_and_updates_respect_the_floor(eng: DynamicMemoryEngine) -> None:
+    me = eng.agent("alice")
+    public = me.remember("quarterly numbers are ready")
+    secret = me.remember("the acquisition target is Initech", confidentiality=Confidentiality.CONFIDENTIAL)
+    me.link(public.id, secret.id, "related")
+    assert me.get(public.id, touch=False).confidentiality is Confidentiality.CONFIDENTIAL
+    me.floor = Confidentiality.INTERNAL
+    with pytest.raises(ValidationError, match="below this agent's floor"):
+        me.update(secret.id, confidentiality=Confidentiality.PUBLIC)
+    assert (
+        me.update(secret.id, confidentiality=Confidentiality.RESTRICTED).confidentiality is Confidentiality.RESTRICTED
+    )
+    assert me.remember("stored under a floor").confidentiality is Confidentiality.INTERNAL

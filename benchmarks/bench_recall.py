@@ -51,7 +51,9 @@ def data(n: int, n_queries: int, seed: int) -> tuple[list[corpus.MemorySpec], li
     return items, queries
 
 
-def run_engramdb(items: list[corpus.MemorySpec], queries: list[corpus.QuerySpec], workdir: Path) -> dict[str, Any]:
+def run_engramdb(
+    items: list[corpus.MemorySpec], queries: list[corpus.QuerySpec], workdir: Path, seed: int = 0
+) -> dict[str, Any]:
     path = workdir / "engram.db"
     t0 = time.perf_counter()
     engine = DynamicMemoryEngine(path)
@@ -72,35 +74,47 @@ def run_engramdb(items: list[corpus.MemorySpec], queries: list[corpus.QuerySpec]
             "created_at": it.created_at,
         }
 
+    # Issue-3 figures without dedup-on-write (a lifecycle feature measured on its own below).
     single = items[:SINGLE]
     t = time.perf_counter()
     for it in single:
-        key_of[me.remember(**fields(it)).id] = it.key
+        key_of[me.remember(**fields(it), dedup=False).id] = it.key
     single_s = time.perf_counter() - t
     rest = items[SINGLE:]
     t = time.perf_counter()
     for i in range(0, len(rest), BATCH):
         chunk = rest[i : i + BATCH]
-        for it, m in zip(chunk, me.remember_many([fields(x) for x in chunk]), strict=True):
+        for it, m in zip(chunk, me.remember_many([fields(x) for x in chunk], dedup=False), strict=True):
             key_of[m.id] = it.key
     batch_s = time.perf_counter() - t
+    # Dedup-on-write on a full store: 500 more memories one by one, then 1,000 in one batch.
+    extra = list(corpus.generate(len(items) + 1500, seed=seed + 1, tenants=1, agents=1))[-1500:]
+    t = time.perf_counter()
+    for it in extra[:500]:
+        me.remember(**fields(it))
+    dedup_single_s = time.perf_counter() - t
+    t = time.perf_counter()
+    me.remember_many([fields(x) for x in extra[500:]])
+    dedup_batch_s = time.perf_counter() - t
     me.recall("warm up the vector cache", k=10)  # first recall loads every vector once
     lat, quality = [], []
     for q in queries:
         t = time.perf_counter()
         r = me.recall(q.text, k=10, hops=1)
         lat.append(time.perf_counter() - t)
-        quality.append(recall_at([key_of[h.memory.id] for h in r], list(q.relevant_keys)))
+        quality.append(recall_at([key_of.get(h.memory.id, "extra") for h in r], list(q.relevant_keys)))
     engine.close()
     db_bytes = sum(f.stat().st_size for f in workdir.glob("engram.db*"))
     return {
         "open_s": round(open_s, 3),
         "remember_single_per_s": round(len(single) / single_s, 1),
         "remember_batch_per_s": round(len(rest) / batch_s, 1) if rest else None,
+        "remember_dedup_single_per_s": round(500 / dedup_single_s, 1),
+        "remember_dedup_batch_per_s": round(1000 / dedup_batch_s, 1),
         "recall_p50_ms": round(percentile(lat, 50) * 1e3, 3),
         "recall_p99_ms": round(percentile(lat, 99) * 1e3, 3),
         "recall_at_10": round(statistics.mean(quality), 4) if quality else None,
-        "db_bytes_per_memory": round(db_bytes / len(items), 1),
+        "db_bytes_per_memory": round(db_bytes / (len(items) + 1500), 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -151,8 +165,9 @@ def run_nooa(items: list[corpus.MemorySpec], queries: list[corpus.QuerySpec], wo
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| memories | system | remember, one by one (/s) | remember, batched (/s) | recall p50 (ms) | recall p99 (ms) | recall@10 | DB bytes / memory |",
-        "|---|---|---|---|---|---|---|---|",
+        "| memories | system | remember, one by one (/s) | remember, batched (/s) | with dedup: one by one / batched (/s) "
+        "| recall p50 (ms) | recall p99 (ms) | recall@10 | DB bytes / memory |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for name, key in (("engramdb", "engramdb"), ("nooa-memory 0.0.10", "nooa")):
@@ -160,16 +175,18 @@ def table(results: list[dict[str, Any]]) -> str:
             if not row:
                 continue
             if "skipped" in row:
-                lines.append(f"| {r['n']:,} | {name} | skipped: {row['skipped']} ||||||")
+                lines.append(f"| {r['n']:,} | {name} | skipped: {row['skipped']} |||||||")
                 continue
             batch = row.get("remember_batch_per_s")
+            ds, db_ = row.get("remember_dedup_single_per_s"), row.get("remember_dedup_batch_per_s")
+            dedup = f"{ds:,.0f} / {db_:,.0f}" if ds and db_ else "—"
             lines.append(
-                f"| {r['n']:,} | {name} | {row['remember_single_per_s']:,.0f} | {f'{batch:,.0f}' if batch else '—'} | "
+                f"| {r['n']:,} | {name} | {row['remember_single_per_s']:,.0f} | {f'{batch:,.0f}' if batch else '—'} | {dedup} | "
                 f"{row['recall_p50_ms']:.2f} | {row['recall_p99_ms']:.2f} | {row['recall_at_10']:.3f} | {row['db_bytes_per_memory']:,.0f} |"
             )
         if r.get("engramdb") and r.get("nooa") and "skipped" not in r["nooa"]:
             speedup = r["nooa"]["recall_p50_ms"] / r["engramdb"]["recall_p50_ms"]
-            lines.append(f"| {r['n']:,} | ratio | | | nooa / engramdb = {speedup:.1f}× | | | |")
+            lines.append(f"| {r['n']:,} | ratio | | | | nooa / engramdb = {speedup:.1f}× | | | |")
     return "\n".join(lines)
 
 
@@ -186,7 +203,7 @@ def main() -> None:
         items, queries = data(n, args.queries, args.seed)
         with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
             row: dict[str, Any] = {"n": n, "queries": len(queries)}
-            row["engramdb"] = run_engramdb(items, queries, Path(tmp))
+            row["engramdb"] = run_engramdb(items, queries, Path(tmp), args.seed)
             print(f"engramdb n={n}: {row['engramdb']}", file=sys.stderr)
             if n in args.peer_sizes:
                 row["nooa"] = run_nooa(items, queries, Path(tmp))

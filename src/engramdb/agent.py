@@ -41,6 +41,7 @@ from engramdb.memories.store import (
     next_change,
     pack_times,
     row_to_memory,
+    says_nothing_new,
 )
 from engramdb.observability.stats import Stats, compute_stats
 from engramdb.retrieval.budget import approx_tokens
@@ -144,8 +145,9 @@ class Agent:
         """Store one memory and return it. Private to this agent unless `shared`.
 
         With `dedup` (default), a memory within cosine `engine.dedup_threshold` (0.92) of a visible
-        one of the same type, owner and tenant, at or above its confidentiality, reinforces that one
-        (logged ``reinforced``) and that one is returned. Content that was deliberately forgotten
+        one of the same type, owner and tenant, at or above its confidentiality, *that adds nothing
+        to it* (its words, numbers and names are already there), reinforces that one (logged
+        ``reinforced``) and that one is returned. Content that was deliberately forgotten
         raises `Forgotten` unless `force`.
 
         Raises `ValidationError` (nothing written) for empty content, an unknown type, scores out
@@ -274,15 +276,21 @@ class Agent:
         if channel is None:
             return {}
         channel.refresh(db)
-        vis = self._vis()
+        filters = [(p["type"].value, p["owner"], int(p["level"])) for p in prepared]
+        candidates = {
+            i: best
+            for i, best in enumerate(channel.best_matches(vectors, self._vis(), filters))
+            if best is not None and best[1] >= self.engine.dedup_threshold
+        }
+        if not candidates:
+            return {}
+        ns = sorted({n for n, _ in candidates.values()})
+        marks = ",".join("?" * len(ns))
+        texts = dict(db.execute(f"SELECT n, content FROM engram_memories WHERE n IN ({marks})", ns).fetchall())  # noqa: S608 - placeholders only
         found: dict[int, int] = {}
-        for i, p in enumerate(prepared):
-            best = channel.search(
-                vectors[i], 1, vis, types=frozenset({p["type"].value}), owner=p["owner"], min_level=int(p["level"])
-            )
-            for n, cos in best.items():
-                if cos >= self.engine.dedup_threshold:
-                    found[i] = n
+        for i, (n, _cos) in candidates.items():
+            if n in texts and says_nothing_new(prepared[i]["content"], texts[n]):
+                found[i] = n
         return found
 
     def _insert(self, prepared: list[dict[str, Any]], vectors: Any, now: float) -> list[Memory]:

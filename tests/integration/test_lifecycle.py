@@ -214,3 +214,21 @@ def test_linking_raises_the_lower_level_and_updates_respect_the_floor(eng: Dynam
         me.update(secret.id, confidentiality=Confidentiality.RESTRICTED).confidentiality is Confidentiality.RESTRICTED
     )
     assert me.remember("stored under a floor").confidentiality is Confidentiality.INTERNAL
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "Maria from Globex prefers email for contract questions",
+            "Olga from Globex prefers email for contract questions",
+        ),
+        ("Deployed billing-api v2.3.1 to eu-west", "Deployed billing-api v2.3.2 to eu-west"),
+        ("The GPU budget is 15 hours a week", "The GPU budget is 15 hours a week; Riley approves anything extra"),
+    ],
+)
+def test_dedup_never_drops_a_new_fact(eng: DynamicMemoryEngine, old: str, new: str) -> None:
+    me = eng.agent("alice")
+    first = me.remember(old)
+    assert me.remember(new).id != first.id
+    assert len(me.memories()) == 2

@@ -147,6 +147,41 @@ class VectorChannel:
         keys, sims = self.index.search(query_vec, k, mask)
         return dict(zip(keys.tolist(), sims.tolist(), strict=True))
 
+    def best_matches(
+        self, vecs: npt.NDArray[np.float32], vis: Visibility, filters: list[tuple[str, str, int]]
+    ) -> list[tuple[int, float] | None]:
+        """For each row of `vecs`, the most similar visible memory of the same (type, owner) at or
+        above the level, as (n, cosine) — one matrix product for the whole batch."""
+        n = len(self.index)
+        if n == 0 or len(vecs) == 0:
+            return [None] * len(vecs)
+        base = self.mask(vis)
+        q = np.asarray(vecs, dtype=np.float32)
+        matrix = self.index.vectors_matrix()
+        # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small product, see
+        # ExactIndex.search); a real batch: BLAS, where its threads pay off.
+        sims = np.stack([np.einsum("nd,d->n", matrix, row) for row in q]) if len(q) <= 4 else q @ matrix.T
+        out: list[tuple[int, float] | None] = []
+        masks: dict[tuple[str, str, int], npt.NDArray[np.bool_]] = {}
+        keys = self.index.keys()
+        for i, f in enumerate(filters):
+            m = masks.get(f)
+            if m is None:
+                mtype, owner, level = f
+                m = masks[f] = (
+                    base
+                    & (self._type[:n] == self._types.find(mtype))
+                    & (self._owner[:n] == self._codes.find(owner))
+                    & (self._level[:n] >= level)
+                )
+            if not m.any():
+                out.append(None)
+                continue
+            row = np.where(m, sims[i], -np.inf)
+            j = int(np.argmax(row))
+            out.append((int(keys[j]), float(row[j])))
+        return out
+
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:
         """Cosine of the query with each of `keys` (0 for memories without a vector)."""
         if not keys:

@@ -54,6 +54,10 @@ class ExactIndex:
                 self._n += 1
             self._vecs[row] = vec
 
+    def vectors_matrix(self) -> npt.NDArray[np.float32]:
+        """The stored vectors, one row per key in `keys()` order (a view, not a copy)."""
+        return self._vecs[: self._n]
+
     def keys(self) -> npt.NDArray[np.int64]:
         return self._keys[: self._n]
 

@@ -41,6 +41,8 @@ from engramdb.memories.model import (
     TodoStatus,
     Tombstone,
 )
+from engramdb.memories.prospective import Injection, Trigger
+from engramdb.memories.references import FileResolver, ReferenceResolvers, Resolver
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.observability.stats import Stats
 from engramdb.retrieval.budget import TokenCounter, approx_tokens
@@ -85,10 +87,12 @@ __all__ = [
     "ExecResult",
     "Explained",
     "Explanation",
+    "FileResolver",
     "ForbiddenDDLError",
     "ForgettingPolicy",
     "Forgotten",
     "Hit",
+    "Injection",
     "InvalidAgentId",
     "InvalidStatement",
     "Memory",
@@ -100,6 +104,8 @@ __all__ = [
     "MissingExtra",
     "NotFound",
     "Recall",
+    "ReferenceResolvers",
+    "Resolver",
     "ResourceLimitExceeded",
     "RetrievedRow",
     "SchemaVersionError",
@@ -113,6 +119,7 @@ __all__ = [
     "Tombstone",
     "ToolSpec",
     "TransactionError",
+    "Trigger",
     "ValidationError",
     "__version__",
     "approx_tokens",

@@ -26,6 +26,7 @@ from engramdb.memories.model import (
     Memory,
     MemoryRef,
     MemoryType,
+    TodoStatus,
     Tombstone,
 )
 from engramdb.memories.store import (
@@ -186,6 +187,14 @@ class Agent:
         refs = tuple(item.get("refs") or ())
         if any(not isinstance(r, MemoryRef) for r in refs):
             raise ValidationError("refs must be MemoryRef values")
+        if any(r.kind == "trigger" for r in refs):
+            if mtype is not MemoryType.INTENT:
+                raise ValidationError("a trigger belongs on an intent memory")
+            from engramdb.memories.prospective import parse_trigger
+
+            for r in refs:
+                if r.kind == "trigger":
+                    parse_trigger(r.key)
         created = item.get("created_at")
         if created is None:
             created = now
@@ -277,10 +286,13 @@ class Agent:
             return {}
         channel.refresh(db)
         filters = [(p["type"].value, p["owner"], int(p["level"])) for p in prepared]
+        # A todo or an intent is a commitment: stating it again is a new one (the old may be done).
         candidates = {
             i: best
             for i, best in enumerate(channel.best_matches(vectors, self._vis(), filters))
-            if best is not None and best[1] >= self.engine.dedup_threshold
+            if best is not None
+            and best[1] >= self.engine.dedup_threshold
+            and prepared[i]["type"] not in (MemoryType.TODO, MemoryType.INTENT)
         }
         if not candidates:
             return {}
@@ -571,6 +583,68 @@ class Agent:
                 (until, next_change(conn.raw), old.id, self.tenant),
             )
         return self.link(new.id, old.id, EdgeType.REFINES)
+
+    # -- prospective memory and live references -----------------------------------------------
+
+    def intend(self, content: str, **trigger: Any) -> Memory:
+        """Store an intent with one trigger: ``when=`` (a time; ``every=`` seconds to repeat),
+        ``on_event=`` (an event name) or ``cue=`` (a phrase); ``repeat=True`` keeps it firing.
+        Also takes ``importance``, ``title``, ``tags``, ``refs``. See `engramdb.memories.prospective.intend`."""
+        from engramdb.memories import prospective
+
+        return prospective.intend(self, content, **trigger)
+
+    def due(
+        self,
+        *,
+        now: float | None = None,
+        event: str | None = None,
+        text: str | None = None,
+        trace_ref: str | None = None,
+    ) -> list[Memory]:
+        """Fire and return this agent's intents whose trigger matches (time ≤ now, the event, or the
+        cue phrase in `text`); one-shot intents fire once, and every firing is logged."""
+        from engramdb.memories import prospective
+
+        return prospective.due(self, now=now, event=event, text=text, trace_ref=trace_ref)
+
+    def todos(self, status: TodoStatus | str | None = TodoStatus.OPEN) -> list[Memory]:
+        """Todos this agent can see with `status` (None: all), most important first."""
+        from engramdb.memories import prospective
+
+        return prospective.todos(self, status)
+
+    def complete(self, memory_id: str) -> Memory:
+        """Move a todo to done."""
+        from engramdb.memories import prospective
+
+        return prospective.complete(self, memory_id)
+
+    def drop(self, memory_id: str) -> Memory:
+        """Move a todo to dropped."""
+        from engramdb.memories import prospective
+
+        return prospective.drop(self, memory_id)
+
+    def reopen(self, memory_id: str) -> Memory:
+        """Move a done or dropped todo back to open."""
+        from engramdb.memories import prospective
+
+        return prospective.reopen(self, memory_id)
+
+    def ride_along(self, recall_or_query: Recall | str, **options: Any) -> Any:
+        """Due intents and open todos to inject beside a recall, logged on the ``injected`` channel
+        (never reinforcing). Returns an `Injection` with ``as_evidence()``."""
+        from engramdb.memories import prospective
+
+        return prospective.ride_along(self, recall_or_query, **options)
+
+    def resolve_refs(self, recall: Recall, *, max_chars: int = 2000) -> Recall:
+        """The recall with each hit's references resolved live by `engine.resolvers` (or its
+        preview, marked stale, when a resolver is missing or fails), as notes on the hits."""
+        from engramdb.memories.references import resolve_refs
+
+        return resolve_refs(self, recall, self.engine.resolvers, max_chars=max_chars)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import engramdb.memories.schema  # noqa: F401  (registers the memory tables' mig
 from engramdb.config import TeamMemoryConfig, load_config
 from engramdb.errors import MissingExtra
 from engramdb.memories.forgetting import ForgettingPolicy, with_lifecycle
+from engramdb.memories.references import ReferenceResolvers
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.recall import Recaller
 from engramdb.scopes.policy import ENGINE_PREFIX, ascii_lower
@@ -99,6 +100,8 @@ class DynamicMemoryEngine:
 
             self._channel = VectorChannel(self.memory_embedder)
         self.forgetting = forgetting or ForgettingPolicy()
+        #: resolvers of memory references by kind, called at recall time (`Agent.resolve_refs`)
+        self.resolvers = ReferenceResolvers()
         #: a new memory this close (cosine) to a visible one of the same type and owner reinforces it instead
         self.dedup_threshold = dedup_threshold
         self.recaller = Recaller(self._store, self.clock, self.scoring, self.memory_embedder, self._channel)

@@ -232,3 +232,17 @@ def test_dedup_never_drops_a_new_fact(eng: DynamicMemoryEngine, old: str, new: s
     first = me.remember(old)
     assert me.remember(new).id != first.id
     assert len(me.memories()) == 2
+
+
+def test_commitments_are_not_deduplicated_and_unfired_intents_are_not_pruned(
+    eng: DynamicMemoryEngine, clock: FixedClock
+) -> None:
+    me = eng.agent("alice")
+    todo = me.remember("Review the login PR", type="todo", importance=2)
+    me.complete(todo.id)
+    again = me.remember("Review the login PR", type="todo", importance=2)
+    assert again.id != todo.id and [t.id for t in me.todos()] == [again.id]
+    intent = me.intend("ping the on-call when the deploy starts", on_event="deploy", importance=1)
+    clock.advance(400 * DAY)
+    assert intent.id not in me.prune()
+    assert [m.id for m in me.due(event="deploy")] == [intent.id]

@@ -66,6 +66,8 @@ def guarded(memory: Memory, now: float, policy: ForgettingPolicy) -> str | None:
         return f"{memory.type.value} memories are protected"
     if memory.type is MemoryType.TODO and memory.status is TodoStatus.OPEN:
         return "open todos are kept"
+    if memory.type is MemoryType.INTENT:
+        return "intents are kept until they fire (a fired one-shot intent is archived)"
     if memory.importance >= policy.importance_floor:
         return f"importance {memory.importance:g} is at or above {policy.importance_floor:g}"
     if now - memory.recorded_at < policy.min_age:

@@ -93,19 +93,15 @@ class DynamicMemoryEngine:
         if enable_embeddings and embedder is None:
             self._embedder = self._default_embedder()
         self.scoring = scoring or ScoringConfig()
-        self.memory_embedder = self._pick_memory_embedder(memory_embedder)
-        self._channel: VectorChannel | None = None
-        if self.memory_embedder is not None:
-            from engramdb.retrieval.vector_channel import VectorChannel
-
-            self._channel = VectorChannel(self.memory_embedder)
+        if isinstance(memory_embedder, str) and memory_embedder != "default":
+            raise ValueError('memory_embedder must be "default", an Embedder, or None')
+        self._memory_choice: Embedder | str | None = memory_embedder
+        self._memory_parts: tuple[Embedder | None, VectorChannel | None, Recaller] | None = None
         self.forgetting = forgetting or ForgettingPolicy()
         #: resolvers of memory references by kind, called at recall time (`Agent.resolve_refs`)
         self.resolvers = ReferenceResolvers()
         #: a new memory this close (cosine) to a visible one of the same type and owner reinforces it instead
         self.dedup_threshold = dedup_threshold
-        self.recaller = Recaller(self._store, self.clock, self.scoring, self.memory_embedder, self._channel)
-        self.recaller.annotate = lambda m, now: with_lifecycle(m, now, self.forgetting)
         self._shared = MemoryScope(self._store, SHARED, lambda: self._embedder)
         self._private: dict[str, MemoryScope] = {}
 
@@ -117,17 +113,42 @@ class DynamicMemoryEngine:
             raise MissingExtra("enable_embeddings=True", "memory") from None
         return default_embedder()
 
-    def _pick_memory_embedder(self, choice: Embedder | str | None) -> Embedder | None:
-        if choice is None or not isinstance(choice, str):
-            return choice
-        if choice != "default":
-            raise ValueError('memory_embedder must be "default", an Embedder, or None')
-        if self._embedder is not None:
-            return self._embedder
-        try:
-            return self._default_embedder()
-        except MissingExtra:
-            return None  # lexical-only recall without the memory extra
+    def _memory(self) -> tuple[Embedder | None, VectorChannel | None, Recaller]:
+        """The embedder, vector cache and recaller of typed memories, made on first use, so that an
+        engine used only for tables never loads the embedding model."""
+        parts = self._memory_parts
+        if parts is not None:
+            return parts
+        with self._embedder_lock:
+            if self._memory_parts is None:
+                choice = self._memory_choice
+                embedder: Embedder | None
+                if isinstance(choice, str):
+                    try:
+                        embedder = self._embedder or self._default_embedder()
+                    except MissingExtra:
+                        embedder = None  # lexical-only recall without the memory extra
+                else:
+                    embedder = choice
+                channel = None
+                if embedder is not None:
+                    from engramdb.retrieval.vector_channel import VectorChannel
+
+                    channel = VectorChannel(embedder)
+                recaller = Recaller(self._store, self.clock, self.scoring, embedder, channel)
+                recaller.annotate = lambda m, now: with_lifecycle(m, now, self.forgetting)
+                self._memory_parts = (embedder, channel, recaller)
+            return self._memory_parts
+
+    @property
+    def memory_embedder(self) -> Embedder | None:
+        """The embedder of typed memories, or None for lexical-only recall."""
+        return self._memory()[0]
+
+    @property
+    def recaller(self) -> Recaller:
+        """The recall pipeline (engine-internal)."""
+        return self._memory()[2]
 
     def agent(self, agent_id: str, *, tenant: str = "default") -> Agent:
         """The handle of agent `agent_id` in `tenant`: its table scopes and its memories."""
@@ -138,7 +159,7 @@ class DynamicMemoryEngine:
     @property
     def vectors(self) -> VectorChannel | None:
         """The in-memory vector cache of memories (engine-internal)."""
-        return self._channel
+        return self._memory()[1]
 
     @property
     def path(self) -> Path:

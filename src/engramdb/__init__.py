@@ -50,6 +50,15 @@ from engramdb.retrieval.evidence import EvidenceItem, render_evidence
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall
 from engramdb.retrieval.retriever import MemoryRetriever, RetrievedRow
 from engramdb.scopes.scope import ExecResult, MemoryScope
+from engramdb.tenancy.contract import (
+    ALL_NAMESPACES,
+    AsyncMemoryStore,
+    MemoryEntry,
+    MemoryQuery,
+    MemoryStore,
+    TenantScope,
+)
+from engramdb.tenancy.namespaced import NamespacedMemory, TenantFiles
 from engramdb.tools import (
     LIST_MEMORY_TABLES_TOOL,
     MEMORY_SCHEMA_TOOL,
@@ -64,12 +73,14 @@ from engramdb.tools import (
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ALL_NAMESPACES",
     "LIST_MEMORY_TABLES_TOOL",
     "MEMORY_SCHEMA_TOOL",
     "RECALL_TOOL",
     "REMEMBER_TOOL",
     "AccessRecord",
     "Agent",
+    "AsyncMemoryStore",
     "BackendError",
     "CallerError",
     "Channel",
@@ -96,12 +107,16 @@ __all__ = [
     "InvalidAgentId",
     "InvalidStatement",
     "Memory",
+    "MemoryEntry",
+    "MemoryQuery",
     "MemoryRef",
     "MemoryRetriever",
     "MemoryScope",
+    "MemoryStore",
     "MemoryType",
     "MemoryVersion",
     "MissingExtra",
+    "NamespacedMemory",
     "NotFound",
     "Recall",
     "ReferenceResolvers",
@@ -114,6 +129,8 @@ __all__ = [
     "SqlError",
     "Stats",
     "TeamMemoryConfig",
+    "TenantFiles",
+    "TenantScope",
     "TodoStatus",
     "TokenCounter",
     "Tombstone",

@@ -340,7 +340,7 @@ class Agent:
                     ),
                 )  # fmt: skip
                 n = int(cur.lastrowid or 0)
-                fts_insert(db, n, memory.title, memory.content, " ".join(memory.tags))
+                fts_insert(db, n, memory.title, memory.content, " ".join(memory.tags), tenant=self.tenant)
                 if vectors is not None and embedder is not None:
                     db.execute("INSERT INTO engram_vectors VALUES (?, ?, ?)", (n, embedder.name, vectors[i].tobytes()))
                 out.append(memory)
@@ -407,9 +407,11 @@ class Agent:
         )
         new_status = current.status if status is None else mm.check_status(current.type, status)
         level = current.confidentiality if confidentiality is None else self._level(confidentiality)
-        if level < self.floor:
+        if level < max(self.floor, current.confidentiality):
+            # Lowering would expose what the memory held (its earlier versions too) to lower caps.
             raise ValidationError(
-                f"confidentiality {level.name} is below this agent's floor {self.floor.name}; an update cannot lower it there"
+                f"confidentiality {level.name} is below the memory's {current.confidentiality.name} "
+                f"(or this agent's floor {self.floor.name}); an update can raise a level, never lower it"
             )
         if status is not None and current.type is not MemoryType.TODO:
             mm.check_status(current.type, status)
@@ -433,8 +435,8 @@ class Agent:
                 )
                 version += 1
             if text_changed:
-                fts_delete(db, n, current.title, current.content, " ".join(current.tags))
-                fts_insert(db, n, new_title, new_content, " ".join(new_tags))
+                fts_delete(db, n, current.title, current.content, " ".join(current.tags), tenant=self.tenant)
+                fts_insert(db, n, new_title, new_content, " ".join(new_tags), tenant=self.tenant)
             db.execute(
                 "UPDATE engram_memories SET content = ?, title = ?, tags = ?, importance = ?, salience = ?, confidence = ?, "
                 "status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, terms = ?, changed = ?, "
@@ -527,7 +529,7 @@ class Agent:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (stone.memory_id, stone.tenant, stone.owner, stone.content_hash, stone.forgotten_by, now, reason),
             )
-            fts_delete(db, n, memory.title, memory.content, " ".join(memory.tags))
+            fts_delete(db, n, memory.title, memory.content, " ".join(memory.tags), tenant=self.tenant)
             db.execute("DELETE FROM engram_edges WHERE src = ? OR dst = ?", (n, n))
             db.execute("DELETE FROM engram_vectors WHERE n = ?", (n,))
             db.execute("DELETE FROM engram_versions WHERE n = ?", (n,))
@@ -748,6 +750,23 @@ class Agent:
             return None
         ts, query, params_json, near_json = row
         params = json.loads(params_json)
+        hits = [explained_from_json(h) for h in params["hits"]]
+        near = [explained_from_json(h) for h in json.loads(near_json)]
+        # Replay only what this handle may see now: a recall made under a higher cap (or before a
+        # memory was forgotten or hidden) must not name it to a handle that cannot see it.
+        ids = sorted({e.memory_id for e in (*hits, *near)})
+        visible: set[str] = set()
+        if ids:
+            pred, vparams = self._vis(include_archived=True).sql("m")
+            marks = ",".join(f":i{i}" for i in range(len(ids)))
+            with translate(conn):
+                visible = {
+                    str(r[0])
+                    for r in conn.raw.execute(
+                        f"SELECT m.id FROM engram_memories m WHERE m.id IN ({marks}) AND {pred}",  # noqa: S608 - engine-built fragments, values bound
+                        dict(vparams, **{f"i{i}": v for i, v in enumerate(ids)}),
+                    )
+                }
         return Explanation(
             recall_id=recall_id,
             query=query,
@@ -755,8 +774,8 @@ class Agent:
             ts=ts,
             k=params["k"],
             hops=params["hops"],
-            hits=tuple(explained_from_json(h) for h in params["hits"]),
-            near_misses=tuple(explained_from_json(h) for h in json.loads(near_json)),
+            hits=tuple(e for e in hits if e.memory_id in visible),
+            near_misses=tuple(e for e in near if e.memory_id in visible),
             weights=params["weights"],
         )
 

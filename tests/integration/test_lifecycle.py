@@ -208,7 +208,7 @@ def test_linking_raises_the_lower_level_and_updates_respect_the_floor(eng: Dynam
     me.link(public.id, secret.id, "related")
     assert me.get(public.id, touch=False).confidentiality is Confidentiality.CONFIDENTIAL
     me.floor = Confidentiality.INTERNAL
-    with pytest.raises(ValidationError, match="below this agent's floor"):
+    with pytest.raises(ValidationError, match="never lower it"):
         me.update(secret.id, confidentiality=Confidentiality.PUBLIC)
     assert (
         me.update(secret.id, confidentiality=Confidentiality.RESTRICTED).confidentiality is Confidentiality.RESTRICTED

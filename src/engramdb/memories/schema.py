@@ -16,8 +16,10 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
+from engramdb.memories.store import FTS_SPEC
 from engramdb.storage.migrations import Migration, register
 
 _DDL = [
@@ -110,3 +112,27 @@ def _m0005_tombstones(db: sqlite3.Connection) -> None:
 
 
 register(Migration(5, "tombstones", _m0005_tombstones))
+
+
+def _m0006_fts_per_tenant(db: sqlite3.Connection) -> None:
+    # BM25 statistics are per index, so one shared index let one tenant's writes move another's
+    # scores and candidate cut. Each tenant gets its own index (see store.fts_table).
+    db.execute(
+        "CREATE TABLE engram_fts_tenants (tenant TEXT PRIMARY KEY, code INTEGER UNIQUE NOT NULL, tbl TEXT NOT NULL)"
+    )
+    tenants = [str(r[0]) for r in db.execute("SELECT DISTINCT tenant FROM engram_memories ORDER BY tenant")]
+    for code, tenant in enumerate(tenants, start=1):
+        tbl = f"engram_fts_{code}"
+        db.execute(f"CREATE VIRTUAL TABLE {tbl} USING {FTS_SPEC}")
+        db.execute("INSERT INTO engram_fts_tenants VALUES (?, ?, ?)", (tenant, code, tbl))
+        rows = db.execute(
+            "SELECT n, title, content, tags FROM engram_memories WHERE tenant = ? AND content <> ''", (tenant,)
+        ).fetchall()
+        db.executemany(
+            f"INSERT INTO {tbl} (rowid, title, content, tags) VALUES (?, ?, ?, ?)",  # noqa: S608 - engine table name
+            [(n, title, content, " ".join(json.loads(tags) if tags else [])) for n, title, content, tags in rows],
+        )
+    db.execute("DROP TABLE engram_fts")
+
+
+register(Migration(6, "fts_per_tenant", _m0006_fts_per_tenant))

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from engramdb.memories import scoring
 from engramdb.memories.model import Channel, Components, EdgeType, Memory, MemoryType
-from engramdb.memories.store import MEMORY_COLUMNS, Touch, Visibility, log_accesses, row_to_memory, unpack_times
+from engramdb.memories.store import (
+    MEMORY_COLUMNS,
+    Touch,
+    Visibility,
+    fts_table,
+    log_accesses,
+    row_to_memory,
+    unpack_times,
+)
 from engramdb.retrieval.keywords import keywords, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
 
@@ -103,12 +111,15 @@ class Recaller:
         if types:
             named.update({f"t{i}": t for i, t in enumerate(sorted(types))})
             type_sql = " AND m.type IN (" + ",".join(f":t{i}" for i in range(len(types))) + ")"
+        fts = fts_table(db, vis.tenant)
+        if fts is None:
+            return {}  # the tenant has no memories yet
         # Visibility sits inside the query, before ORDER BY … LIMIT: nothing invisible is ranked.
         sql = (
             # CROSS JOIN keeps the FTS match as the outer loop (SQLite never reorders it).
-            "SELECT m.n, -bm25(engram_fts) FROM engram_fts CROSS JOIN engram_memories m INDEXED BY engram_memories_cover "  # noqa: S608 - engine-built fragments, values bound
-            "ON m.n = engram_fts.rowid "
-            f"WHERE engram_fts MATCH :q AND {pred}{type_sql} ORDER BY bm25(engram_fts) LIMIT :lim"
+            f"SELECT m.n, -bm25({fts}) FROM {fts} CROSS JOIN engram_memories m INDEXED BY engram_memories_cover "  # noqa: S608 - engine-built fragments, values bound
+            f"ON m.n = {fts}.rowid "
+            f"WHERE {fts} MATCH :q AND {pred}{type_sql} ORDER BY bm25({fts}) LIMIT :lim"
         )
         return {int(n): float(score) for n, score in db.execute(sql, named)}
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
     from engramdb.storage.sqlite import SqliteStore
 
-_NEVER = float("inf")
-_monotonic = time.monotonic
 #: classification is a pure function of the SQL text; scopes share one bounded cache
 _STATEMENTS: dict[str, Statement] = {}
 
@@ -122,14 +119,12 @@ class MemoryScope:
         assert policy is not None
         policy.statement = stmt.kind
         policy.denial = None
-        conn.deadline = _monotonic() + self._timeout
+        conn.calls += 1
         try:
             cur = conn.raw.execute(sql, () if params is None else params)
             rows = cur.fetchall() if cur.description is not None else []
         except sqlite3.Error as exc:
             raise self._failure(exc, conn) from None
-        finally:
-            conn.deadline = _NEVER
         return ExecResult(cur.rowcount, cur.lastrowid, rows)
 
     def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> ExecResult:
@@ -154,7 +149,7 @@ class MemoryScope:
         policy = conn.policy
         assert policy is not None
         policy.begin(stmt.kind)
-        conn.deadline = _monotonic() + self._timeout
+        conn.calls += 1
         cur = None
         try:
             cur = conn.raw.execute(sql, () if params is None else params)
@@ -169,11 +164,23 @@ class MemoryScope:
         finally:
             if cur is not None:
                 cur.close()
-            conn.deadline = _NEVER
 
     def query(self, sql: str, params: Params = None) -> list[Row]:
         """Run one statement and return its rows as tuples (``for a, b in scope.query(...)``)."""
-        return self.execute(sql, params).rows
+        stmt = _STATEMENTS.get(sql) if isinstance(sql, str) else None
+        if stmt is None or stmt.writes or stmt.reserved:
+            return self.execute(sql, params).rows
+        # The read hot path: no write checks, no savepoint, no ExecResult.
+        conn = self._store.thread_conns().get(self._role) or self._conn()
+        policy = conn.policy
+        assert policy is not None
+        policy.statement = stmt.kind
+        policy.denial = None
+        conn.calls += 1
+        try:
+            return conn.raw.execute(sql, () if params is None else params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._failure(exc, conn) from None
 
     def _check_reserved(self, stmt: Statement) -> None:
         """Names with another namespace's (or a reserved) prefix are refused by name alone."""
@@ -212,34 +219,30 @@ class MemoryScope:
         if stmt.writes and store.holder is not None:
             store.check_write(conn)
         policy.begin(stmt.kind)
-        conn.deadline = time.monotonic() + store.settings.statement_timeout
-        try:
-            if not (stmt.is_ddl or stmt.needs_savepoint or many):
-                # SQLite's statement atomicity is all a failed call needs here.
-                before = conn.raw.total_changes
-                try:
-                    cur = run(conn.raw)
-                    rows = cur.fetchall() if cur.description is not None else []
-                except sqlite3.Error as exc:
-                    raise self._failure(exc, conn) from None
-                # The driver reports no row count for a write behind WITH; the connection knows it.
-                rowcount = conn.raw.total_changes - before if stmt.cte_write else cur.rowcount
-                return ExecResult(rowcount, cur.lastrowid, rows)
-            with store.atomic(conn):
-                before = conn.raw.total_changes
-                try:
-                    cur = run(conn.raw)
-                    rows = cur.fetchall() if cur.description is not None else []
-                except sqlite3.Error as exc:
-                    raise self._failure(exc, conn) from None
-                if stmt.is_ddl:
-                    self._check_foreign_keys(conn, stmt)
-                    self._check_defaults(conn, stmt)
+        conn.calls += 1
+        if not (stmt.is_ddl or stmt.needs_savepoint or many):
+            # SQLite's statement atomicity is all a failed call needs here.
+            before = conn.raw.total_changes
+            try:
+                cur = run(conn.raw)
+                rows = cur.fetchall() if cur.description is not None else []
+            except sqlite3.Error as exc:
+                raise self._failure(exc, conn) from None
             # The driver reports no row count for a write behind WITH; the connection knows it.
             rowcount = conn.raw.total_changes - before if stmt.cte_write else cur.rowcount
             return ExecResult(rowcount, cur.lastrowid, rows)
-        finally:
-            conn.deadline = _NEVER
+        with store.atomic(conn):
+            before = conn.raw.total_changes
+            try:
+                cur = run(conn.raw)
+                rows = cur.fetchall() if cur.description is not None else []
+            except sqlite3.Error as exc:
+                raise self._failure(exc, conn) from None
+            if stmt.is_ddl:
+                self._check_foreign_keys(conn, stmt)
+                self._check_defaults(conn, stmt)
+        rowcount = conn.raw.total_changes - before if stmt.cte_write else cur.rowcount
+        return ExecResult(rowcount, cur.lastrowid, rows)
 
     def _failure(self, exc: sqlite3.Error, conn: Conn) -> Exception:
         err = convert(exc, conn)

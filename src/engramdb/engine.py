@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from engramdb.agent import Agent
     from engramdb.embeddings.base import Embedder
     from engramdb.retrieval.vector_channel import VectorChannel
+    from engramdb.vectors.base import VectorIndex
 
 Clock = Callable[[], float]
 
@@ -58,6 +59,8 @@ class DynamicMemoryEngine:
         scoring: the recall constants (`ScoringConfig`).
         forgetting: retention and prune guards (`ForgettingPolicy`).
         dedup_threshold: cosine at or above which `remember` reinforces an existing memory instead.
+        vector_index: ``"exact"`` (numpy scan), ``"ann"`` (faiss IVF, the ``ann`` extra; exact below
+            20k vectors) or ``"auto"`` (ann when faiss is installed).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class DynamicMemoryEngine:
         scoring: ScoringConfig | None = None,
         forgetting: ForgettingPolicy | None = None,
         dedup_threshold: float = 0.92,
+        vector_index: str = "auto",
     ) -> None:
         settings = SqliteSettings(
             busy_timeout=busy_timeout,
@@ -95,6 +99,9 @@ class DynamicMemoryEngine:
         self.scoring = scoring or ScoringConfig()
         if isinstance(memory_embedder, str) and memory_embedder != "default":
             raise ValueError('memory_embedder must be "default", an Embedder, or None')
+        if vector_index not in ("auto", "exact", "ann"):
+            raise ValueError('vector_index must be "auto", "exact" or "ann"')
+        self._vector_index = vector_index
         self._memory_choice: Embedder | str | None = memory_embedder
         self._memory_parts: tuple[Embedder | None, VectorChannel | None, Recaller] | None = None
         self.forgetting = forgetting or ForgettingPolicy()
@@ -134,11 +141,20 @@ class DynamicMemoryEngine:
                 if embedder is not None:
                     from engramdb.retrieval.vector_channel import VectorChannel
 
-                    channel = VectorChannel(embedder)
+                    channel = VectorChannel(embedder, self._make_index(embedder.dim))
                 recaller = Recaller(self._store, self.clock, self.scoring, embedder, channel)
                 recaller.annotate = lambda m, now: with_lifecycle(m, now, self.forgetting)
                 self._memory_parts = (embedder, channel, recaller)
             return self._memory_parts
+
+    def _make_index(self, dim: int) -> VectorIndex | None:
+        if self._vector_index == "exact":
+            return None
+        from engramdb.vectors import ann
+
+        if self._vector_index == "auto" and not ann.faiss_available():
+            return None
+        return ann.AnnIndex(dim)
 
     @property
     def memory_embedder(self) -> Embedder | None:

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from engramdb.embeddings.base import Embedder
 from engramdb.memories.store import Visibility, current_change
+from engramdb.vectors.base import VectorIndex
 from engramdb.vectors.exact import ExactIndex
 
 
@@ -40,9 +41,9 @@ class _Codes:
 class VectorChannel:
     """Vectors of every memory with an embedding from `embedder`, and their visibility attributes."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, index: VectorIndex | None = None) -> None:
         self.embedder = embedder
-        self.index = ExactIndex(embedder.dim)
+        self.index: VectorIndex = index if index is not None else ExactIndex(embedder.dim)
         self._lock = threading.Lock()
         self._seen = -1
         self._codes = _Codes()

@@ -41,3 +41,11 @@ class VectorIndex(Protocol):
     def vectors_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """The stored vectors of `keys` (zeros for unknown keys)."""
         ...
+
+    def vectors_matrix(self) -> npt.NDArray[np.float32]:
+        """Every stored vector, one row per key in `keys()` order (a view; do not modify)."""
+        ...
+
+    def row_of(self, key: int) -> int | None:
+        """The position of `key` in `keys()` order, or None."""
+        ...

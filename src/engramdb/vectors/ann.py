@@ -1,0 +1,508 @@
+"""Approximate cosine search with a faiss inverted-file index (IVF, int8 codes, exact re-rank).
+
+`AnnIndex` implements the `VectorIndex` protocol like `ExactIndex` does, and keeps the same
+float32 matrix of every vector (rows never move; `keys()` order is row order). Beside it, once the
+index holds `train_at` vectors, it keeps a faiss ``IndexIVFScalarQuantizer``: the vectors are
+clustered into ``nlist`` lists by spherical k-means, each stored as 8-bit codes. A query scans the
+``nprobe`` lists whose centroids are closest, takes ``rerank * k`` candidates by their approximate
+scores, and re-scores those exactly from the float32 matrix, so the returned cosines are exact dot
+products and only the candidate set is approximate.
+
+Visibility filtering happens inside the scan: the `allowed` mask becomes a faiss bitmap selector
+over row ids, so disallowed vectors are never scored and the top-k is taken among allowed vectors
+only. A filtered scan scores only the allowed vectors of each list it probes, so it can afford
+more lists: the probe count grows as the filter narrows (``nprobe / fraction_allowed ** 0.25``,
+which kept recall@10 at 0.99 for 0.2%-3% of a million rows allowed). A filter that allows at most
+``exact_rows`` rows (1,000 by default) or no more than the candidates wanted is answered by exact
+search over the allowed rows, and so is any query whose probed lists held fewer than ``k`` allowed
+vectors. A search therefore always returns ``min(k, #allowed)`` keys. The threshold is a row count,
+not a fraction: scoring a few thousand scattered rows of a large matrix exactly costs more than an
+IVF probe (at 1M rows, 1% allowed: ~14 ms exact vs ~2.5 ms IVF, measured).
+
+Below ``train_at`` vectors (20,000 by default) there is no IVF at all and every search is exact:
+at that size a numpy scan (~0.2 ms at 10k) is as fast as any approximate index. The IVF is
+trained when the index first reaches ``train_at`` vectors and rebuilt (re-clustered over every
+vector) whenever it has grown ``rebuild_growth`` times (4x) since, so the build cost stays
+amortised; `rebuild` does it on demand. Replacing a key's vector updates its row and its IVF entry.
+
+Why IVF and not HNSW: measured on this project's embeddings (see docs/vector-index.md), faiss HNSW
+builds several times slower, cannot delete a vector, and loses recall badly under selective
+filters (its graph walk must pass through disallowed nodes), while an IVF scan gets cheaper as the
+filter narrows.
+
+The index is a cache: `save` / `load` write and read one side file (numpy ``.npz`` holding the
+keys, the float32 matrix and the serialised faiss index) that can always be rebuilt from the
+stored vectors. Searches may run concurrently with each other; `upsert`, `rebuild` and `load`
+must not run concurrently with anything else on the same instance (callers already serialise
+writes, as with `ExactIndex`).
+
+Needs the ``ann`` extra (``faiss-cpu``); constructing an `AnnIndex` without it raises
+`engramdb.errors.MissingExtra`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from engramdb.errors import MissingExtra
+
+try:
+    import numpy as np
+    import numpy.typing as npt
+except ImportError as exc:  # numpy comes with the "ann" (and "memory") extra, not with the core package
+    raise MissingExtra("engramdb.vectors.ann", "ann") from exc
+
+__all__ = ["AnnIndex", "faiss_available"]
+
+_FEATURE = "engramdb.vectors.ann"
+_EXTRA = "ann"
+_FORMAT = 1
+#: faiss warns below 39 training points per centroid; sample 40 per list (and never fewer lists).
+_POINTS_PER_LIST = 40
+_KMEANS_ITERATIONS = 10
+#: A filtered query probes ``nprobe * fraction_allowed ** -_FILTER_PROBE_EXPONENT`` lists.
+_FILTER_PROBE_EXPONENT = 0.25
+
+_faiss_module: ModuleType | None = None
+
+
+def _faiss() -> ModuleType:
+    """The faiss module, imported on first use; `MissingExtra` names the extra when it is absent."""
+    global _faiss_module
+    if _faiss_module is None:
+        try:
+            _faiss_module = importlib.import_module("faiss")
+        except ImportError as exc:
+            raise MissingExtra(_FEATURE, _EXTRA) from exc
+    return _faiss_module
+
+
+def faiss_available() -> bool:
+    """True when faiss imports, i.e. `AnnIndex` can be constructed."""
+    try:
+        _faiss()
+    except MissingExtra:
+        return False
+    return True
+
+
+def auto_nlist(n: int) -> int:
+    """The number of IVF lists for `n` vectors: about ``4 * sqrt(n)`` rounded to a power of two,
+    at most one list per 40 vectors, between 1 and 65,536 (20k -> 512, 100k -> 1,024, 1M -> 4,096)."""
+    if n <= 0:
+        return 1
+    target = 1 << max(0, round(math.log2(4 * math.sqrt(n))))
+    cap = max(1, n // _POINTS_PER_LIST)
+    nlist = min(target, 65536)
+    while nlist > cap:
+        nlist //= 2
+    return max(1, nlist)
+
+
+def auto_nprobe(nlist: int) -> int:
+    """Lists probed per unfiltered query: ``4 * sqrt(nlist)`` (1,024 lists -> 128, 4,096 -> 256).
+    Chosen for recall@10 of about 0.95 on the shipped static embeddings (docs/vector-index.md)."""
+    return max(1, min(nlist, math.ceil(4 * math.sqrt(nlist))))
+
+
+class AnnIndex:
+    """A `VectorIndex` that answers large searches from a faiss IVF index (see the module docstring).
+
+    Args:
+        dim: vector dimension.
+        nlist: IVF lists; ``None`` picks `auto_nlist` of the size at each (re)build.
+        nprobe: lists probed by an unfiltered query; ``None`` picks `auto_nprobe` of ``nlist``.
+            Filtered queries probe ``nprobe / fraction_allowed ** 0.25`` lists (at most ``nlist``).
+        rerank: candidates taken per wanted result and re-scored exactly (``rerank * k``).
+        train_at: vectors needed before the IVF is built; below that every search is exact.
+        rebuild_growth: rebuild the IVF when the index has grown this many times since the last
+            build (``0`` disables automatic rebuilds; `rebuild` still works).
+        exact_rows: a filter allowing at most this many rows is answered by exact search.
+        seed: seeds the k-means sample and initialisation, so equal data builds an equal index.
+        capacity: initial rows of the float32 matrix (it grows by doubling).
+
+    Raises:
+        MissingExtra: faiss is not installed (the ``ann`` extra).
+        ValueError: a tunable is out of range.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        nlist: int | None = None,
+        nprobe: int | None = None,
+        rerank: int = 4,
+        train_at: int = 20_000,
+        rebuild_growth: float = 4.0,
+        exact_rows: int = 1000,
+        seed: int = 0,
+        capacity: int = 1024,
+    ) -> None:
+        self._faiss = _faiss()
+        if dim <= 0:
+            raise ValueError(f"dim must be positive, got {dim}")
+        if nlist is not None and nlist < 1:
+            raise ValueError(f"nlist must be at least 1, got {nlist}")
+        if nprobe is not None and nprobe < 1:
+            raise ValueError(f"nprobe must be at least 1, got {nprobe}")
+        if rerank < 1:
+            raise ValueError(f"rerank must be at least 1, got {rerank}")
+        if train_at < 1:
+            raise ValueError(f"train_at must be at least 1, got {train_at}")
+        if rebuild_growth != 0 and rebuild_growth <= 1:
+            raise ValueError(f"rebuild_growth must be 0 (off) or greater than 1, got {rebuild_growth}")
+        if exact_rows < 0:
+            raise ValueError(f"exact_rows must not be negative, got {exact_rows}")
+        self._dim = dim
+        self._nlist_setting = nlist
+        self._nprobe_setting = nprobe
+        self._rerank = rerank
+        self._train_at = train_at
+        self._rebuild_growth = rebuild_growth
+        self._exact_rows = exact_rows
+        self._seed = seed
+        capacity = max(1, capacity)
+        self._vecs: npt.NDArray[np.float32] = np.zeros((capacity, dim), dtype=np.float32)
+        self._keys: npt.NDArray[np.int64] = np.zeros(capacity, dtype=np.int64)
+        self._rows: dict[int, int] = {}
+        self._n = 0
+        self._ivf: Any = None  # faiss.IndexIVFScalarQuantizer once trained; ids are rows
+        self._built_at = 0  # rows when the IVF was last built
+        self._nlist = 0
+
+    # ----------------------------------------------------------------------------------------
+    # The VectorIndex protocol
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def dim(self) -> int:
+        """Vector dimension."""
+        return self._dim
+
+    def __len__(self) -> int:
+        return self._n
+
+    def vectors_matrix(self) -> npt.NDArray[np.float32]:
+        """The stored float32 vectors, one row per key in `keys()` order (a view, not a copy)."""
+        return self._vecs[: self._n]
+
+    def keys(self) -> npt.NDArray[np.int64]:
+        """Every key in row order, the order `allowed` masks refer to (a view; do not modify)."""
+        return self._keys[: self._n]
+
+    def row_of(self, key: int) -> int | None:
+        """The row (position in `keys()`) of `key`, or None."""
+        return self._rows.get(key)
+
+    def vectors_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The stored vectors of `keys` (zeros for unknown keys)."""
+        out = np.zeros((len(keys), self._dim), dtype=np.float32)
+        for i, key in enumerate(np.asarray(keys).tolist()):
+            row = self._rows.get(key)
+            if row is not None:
+                out[i] = self._vecs[row]
+        return out
+
+    def upsert(self, keys: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
+        """Add or replace the vectors of `keys` (a key repeated in one call keeps its last vector).
+
+        New keys take new rows at the end, in order of first appearance. May (re)build the IVF:
+        when the index first reaches ``train_at`` vectors, and when it has grown ``rebuild_growth``
+        times since the last build.
+        """
+        key_list = np.asarray(keys, dtype=np.int64).reshape(-1).tolist()
+        vecs = np.asarray(vectors, dtype=np.float32)
+        if vecs.ndim != 2 or vecs.shape[0] != len(key_list):
+            raise ValueError("keys and vectors differ in length")
+        if vecs.shape[1] != self._dim:
+            raise ValueError(f"vectors have dimension {vecs.shape[1]}, the index {self._dim}")
+        if not key_list:
+            return
+        last: dict[int, int] = {}  # key -> index of its last vector in this call; first-seen order
+        for i, key in enumerate(key_list):
+            last[key] = i
+        rows = np.empty(len(last), dtype=np.int64)
+        replaced: list[int] = []
+        n = self._n
+        added = 0
+        for j, key in enumerate(last):
+            row = self._rows.get(key)
+            if row is None:
+                row = n + added
+                added += 1
+            else:
+                replaced.append(row)
+            rows[j] = row
+        self._grow(n + added)
+        # Without repeated keys the batch is used as is (no temporary copy of a large batch), and
+        # a batch of only new keys fills a contiguous block of rows.
+        batch = (
+            vecs if len(last) == len(key_list) else vecs[np.fromiter(last.values(), dtype=np.int64, count=len(last))]
+        )
+        new_keys = np.fromiter(last.keys(), dtype=np.int64, count=len(last))
+        if added == len(last):
+            self._vecs[n : n + added] = batch
+            self._keys[n : n + added] = new_keys
+        else:
+            self._vecs[rows] = batch
+            self._keys[rows] = new_keys
+        for key, row in zip(last, rows.tolist(), strict=True):
+            self._rows[key] = row
+        self._n = n + added
+
+        if self._ivf is None:
+            if self._n >= self._train_at:
+                self.rebuild()
+            return
+        if self._rebuild_growth and self._n >= self._rebuild_growth * self._built_at:
+            self.rebuild()
+            return
+        if replaced:
+            self._ivf.remove_ids(self._faiss.IDSelectorArray(np.asarray(replaced, dtype=np.int64)))
+        self._ivf.add_with_ids(np.ascontiguousarray(self._vecs[rows]), rows)
+
+    def search(
+        self, query: npt.NDArray[np.float32], k: int, allowed: npt.NDArray[np.bool_] | None = None
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The `k` best allowed keys, best first, and their exact cosines.
+
+        `allowed` is a boolean mask over `keys()` order (entries past ``len(self)`` are ignored);
+        the result holds ``min(k, #allowed)`` keys, never a disallowed one.
+        """
+        n = self._n
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+        if n == 0 or k <= 0:
+            return empty
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self._dim:
+            raise ValueError(f"query has dimension {q.shape[0]}, the index {self._dim}")
+        mask: npt.NDArray[np.bool_] | None = None
+        count = n
+        if allowed is not None:
+            if len(allowed) < n:
+                raise ValueError(f"allowed has {len(allowed)} entries, the index {n} keys")
+            mask = np.asarray(allowed[:n], dtype=np.bool_)
+            count = int(np.count_nonzero(mask))
+            if count == 0:
+                return empty
+            if count == n:
+                mask = None
+        k = min(k, count)
+        wanted = k * self._rerank
+        if self._ivf is None or wanted >= count or count <= self._exact_rows:
+            return self._exact(q, k, mask, count)
+        rows = self._candidates(q, wanted, mask, count)
+        if len(rows) < k:  # the probed lists held too few allowed vectors: stay correct, go exact
+            return self._exact(q, k, mask, count)
+        sims = self._vecs[rows] @ q
+        top = _top(sims, k)
+        return self._keys[rows[top]].copy(), sims[top].astype(np.float32)
+
+    # ----------------------------------------------------------------------------------------
+    # Tunables, state and persistence
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def trained(self) -> bool:
+        """True once the IVF is built (the index held ``train_at`` vectors)."""
+        return self._ivf is not None
+
+    @property
+    def nlist(self) -> int:
+        """IVF lists of the current build (0 before the first)."""
+        return self._nlist
+
+    @property
+    def nprobe(self) -> int:
+        """Lists probed by an unfiltered query (0 before the first build)."""
+        if self._ivf is None:
+            return 0
+        if self._nprobe_setting is not None:
+            return min(self._nprobe_setting, self._nlist)
+        return auto_nprobe(self._nlist)
+
+    @nprobe.setter
+    def nprobe(self, value: int | None) -> None:
+        """Set the probe count (``None``: automatic); takes effect on the next search."""
+        if value is not None and value < 1:
+            raise ValueError(f"nprobe must be at least 1, got {value}")
+        self._nprobe_setting = value
+
+    def rebuild(self) -> None:
+        """Re-cluster every vector and rebuild the IVF (a few minutes at a million vectors on 2 cores).
+
+        Does nothing on an empty index. Called by `upsert` when the index reaches ``train_at``
+        vectors and when it has grown ``rebuild_growth`` times since the last build.
+        """
+        n = self._n
+        if n == 0:
+            return
+        faiss = self._faiss
+        nlist = min(self._nlist_setting, n) if self._nlist_setting is not None else auto_nlist(n)
+        data = self._vecs[:n]
+        sample_size = min(n, max(nlist * _POINTS_PER_LIST, 1))
+        rng = np.random.default_rng(self._seed)
+        sample = data if sample_size == n else data[np.sort(rng.choice(n, sample_size, replace=False))]
+        sample = np.ascontiguousarray(sample)
+        quantizer = faiss.IndexFlatIP(self._dim)
+        index = faiss.IndexIVFScalarQuantizer(
+            quantizer, self._dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT, True
+        )
+        index.cp.niter = _KMEANS_ITERATIONS
+        index.cp.spherical = True
+        index.cp.seed = self._seed
+        index.cp.max_points_per_centroid = max(_POINTS_PER_LIST, sample_size // nlist + 1)
+        index.cp.min_points_per_centroid = 1
+        index.train(sample)
+        index.set_direct_map_type(faiss.DirectMap.Hashtable)  # O(1) removal of a replaced row
+        index.add_with_ids(data, np.arange(n, dtype=np.int64))
+        self._ivf, self._nlist, self._built_at = index, nlist, n
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the whole index (keys, vectors, IVF) to one ``.npz`` side file, atomically."""
+        target = Path(path)
+        n = self._n
+        meta = {
+            "format": _FORMAT,
+            "dim": self._dim,
+            "nlist_setting": self._nlist_setting,
+            "nprobe_setting": self._nprobe_setting,
+            "rerank": self._rerank,
+            "train_at": self._train_at,
+            "rebuild_growth": self._rebuild_growth,
+            "exact_rows": self._exact_rows,
+            "seed": self._seed,
+            "built_at": self._built_at,
+            "nlist": self._nlist,
+        }
+        ivf = np.zeros(0, dtype=np.uint8)  # empty: not built
+        if self._ivf is not None:
+            ivf = np.asarray(self._faiss.serialize_index(self._ivf), dtype=np.uint8)
+        tmp = target.with_name(target.name + ".tmp")
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(
+                    fh,
+                    meta=np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
+                    keys=self._keys[:n],
+                    vectors=self._vecs[:n],
+                    ivf=ivf,
+                )
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> AnnIndex:
+        """Read an index written by `save`.
+
+        Raises:
+            MissingExtra: faiss is not installed.
+            ValueError: the file is of an unknown format or inconsistent (rebuild it from the vectors).
+        """
+        faiss = _faiss()
+        with np.load(Path(path), allow_pickle=False) as npz:
+            meta: dict[str, Any] = json.loads(bytes(npz["meta"]).decode("utf-8"))
+            if meta.get("format") != _FORMAT:
+                raise ValueError(f"unsupported AnnIndex file format {meta.get('format')!r}")
+            keys = np.asarray(npz["keys"], dtype=np.int64)
+            vectors = np.asarray(npz["vectors"], dtype=np.float32)
+            ivf_bytes = np.asarray(npz["ivf"], dtype=np.uint8)
+        dim = int(meta["dim"])
+        if vectors.shape != (len(keys), dim):
+            raise ValueError(f"vectors of shape {vectors.shape} do not match {len(keys)} keys x dim {dim}")
+        index = cls(
+            dim,
+            nlist=meta["nlist_setting"],
+            nprobe=meta["nprobe_setting"],
+            rerank=int(meta["rerank"]),
+            train_at=int(meta["train_at"]),
+            rebuild_growth=float(meta["rebuild_growth"]),
+            exact_rows=int(meta["exact_rows"]),
+            seed=int(meta["seed"]),
+            capacity=max(1, len(keys)),
+        )
+        n = len(keys)
+        index._vecs[:n] = vectors
+        index._keys[:n] = keys
+        index._rows = {key: row for row, key in enumerate(keys.tolist())}
+        if len(index._rows) != n:
+            raise ValueError("the file repeats a key")
+        index._n = n
+        if len(ivf_bytes):
+            ivf = faiss.deserialize_index(ivf_bytes)
+            if int(ivf.ntotal) != n or int(ivf.d) != dim:
+                raise ValueError(f"the IVF holds {int(ivf.ntotal)} vectors of dim {int(ivf.d)}, the file {n} x {dim}")
+            index._ivf = ivf
+            index._nlist = int(meta["nlist"])
+            index._built_at = int(meta["built_at"])
+        return index
+
+    # ----------------------------------------------------------------------------------------
+    # Internals
+    # ----------------------------------------------------------------------------------------
+
+    def _grow(self, need: int) -> None:
+        cap = len(self._keys)
+        if need <= cap:
+            return
+        new = max(need, cap * 2)
+        vecs = np.zeros((new, self._dim), dtype=np.float32)
+        vecs[: self._n] = self._vecs[: self._n]
+        keys = np.zeros(new, dtype=np.int64)
+        keys[: self._n] = self._keys[: self._n]
+        self._vecs, self._keys = vecs, keys
+
+    def _candidates(
+        self, q: npt.NDArray[np.float32], wanted: int, mask: npt.NDArray[np.bool_] | None, count: int
+    ) -> npt.NDArray[np.int64]:
+        """Rows of up to `wanted` allowed candidates from the IVF, by approximate score."""
+        faiss = self._faiss
+        n = self._n
+        nprobe = self.nprobe
+        if mask is not None:
+            nprobe = math.ceil(nprobe * (count / n) ** -_FILTER_PROBE_EXPONENT)
+        params = faiss.SearchParametersIVF()
+        params.nprobe = min(self._nlist, nprobe)
+        bits = None
+        if mask is not None:
+            bits = np.packbits(mask, bitorder="little")  # kept alive until the search returns
+            params.sel = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bits))
+        _, ids = self._ivf.search(q[None, :], wanted, params=params)
+        found: npt.NDArray[np.int64] = np.asarray(ids[0], dtype=np.int64)
+        del bits
+        return found[found >= 0]
+
+    def _exact(
+        self, q: npt.NDArray[np.float32], k: int, mask: npt.NDArray[np.bool_] | None, count: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Exact top-`k` among the allowed rows (all rows when `mask` is None)."""
+        n = self._n
+        if mask is None:
+            sims = self._vecs[:n] @ q
+            top = _top(sims, k)
+            return self._keys[top].copy(), sims[top].astype(np.float32)
+        if count * 4 < n:  # few allowed rows: score only those
+            rows = np.flatnonzero(mask)
+            sims = self._vecs[rows] @ q
+            top = _top(sims, k)
+            return self._keys[rows[top]].copy(), sims[top].astype(np.float32)
+        sims = np.where(mask, self._vecs[:n] @ q, np.float32(-np.inf))
+        top = _top(sims, k)
+        return self._keys[top].copy(), sims[top].astype(np.float32)
+
+
+def _top(sims: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+    """Positions of the `k` largest values, largest first (ties in a stable order)."""
+    if k >= len(sims):
+        return np.argsort(-sims, kind="stable")
+    top = np.argpartition(-sims, k - 1)[:k]
+    return top[np.argsort(-sims[top], kind="stable")]

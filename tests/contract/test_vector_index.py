@@ -1,0 +1,354 @@
+"""One contract for every `VectorIndex` implementation.
+
+Parametrised over `ExactIndex` (always) and `AnnIndex` (when faiss, the ``ann`` extra, imports;
+skipped otherwise). `AnnIndex` runs twice: with a small ``train_at`` so its IVF path is what
+answers, and additionally with ``exact_rows=0`` so even narrow filters go through the IVF.
+The data are clustered unit vectors from a seeded RNG (i.i.d. random vectors have no neighbour
+structure, which makes approximate recall meaningless).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from engramdb.errors import MissingExtra
+from engramdb.vectors.base import VectorIndex
+from engramdb.vectors.exact import ExactIndex
+
+HAVE_FAISS = importlib.util.find_spec("faiss") is not None
+NO_FAISS = 'faiss is not installed (the "ann" extra)'
+
+DIM = 48
+N = 3000
+CLUSTERS = 40
+K = 10
+
+Factory = Callable[[int], Any]
+
+
+def _ann(**kwargs: Any) -> Factory:
+    def make(dim: int) -> Any:
+        from engramdb.vectors.ann import AnnIndex
+
+        return AnnIndex(dim, **kwargs)
+
+    return make
+
+
+IMPLEMENTATIONS = [
+    pytest.param(lambda dim: ExactIndex(dim), id="exact"),
+    pytest.param(_ann(train_at=256, nlist=32), id="ann", marks=pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)),
+    pytest.param(
+        _ann(train_at=256, nlist=32, exact_rows=0),
+        id="ann-ivf-filters",
+        marks=pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS),
+    ),
+]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def make(request: pytest.FixtureRequest) -> Factory:
+    factory: Factory = request.param
+    return factory
+
+
+def clustered(n: int, dim: int = DIM, clusters: int = CLUSTERS, seed: int = 0) -> npt.NDArray[np.float32]:
+    """`n` unit vectors around `clusters` random centres (plus a shared offset, like real embeddings)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dim)) + 0.5 * rng.normal(size=dim)
+    labels = rng.integers(0, clusters, size=n)
+    vecs = centres[labels] + 0.35 * rng.normal(size=(n, dim))
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    return vecs.astype(np.float32)
+
+
+def shuffled_keys(n: int, seed: int = 1) -> npt.NDArray[np.int64]:
+    """Sparse keys in a shuffled order, so `keys()` order is neither sorted nor 0..n-1."""
+    rng = np.random.default_rng(seed)
+    return (rng.permutation(n).astype(np.int64) * 13 + 5).astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """(keys, vectors, queries): queries are perturbed copies of stored vectors plus fresh points."""
+    vecs = clustered(N)
+    rng = np.random.default_rng(2)
+    near = vecs[rng.choice(N, 30, replace=False)] + 0.1 * rng.normal(size=(30, DIM)).astype(np.float32)
+    fresh = clustered(30, seed=3)
+    queries = np.concatenate([near, fresh]).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    return shuffled_keys(N), vecs, queries
+
+
+def filled(make: Factory, keys: npt.NDArray[np.int64], vecs: npt.NDArray[np.float32]) -> Any:
+    index = make(DIM)
+    for start in range(0, len(keys), 700):  # several batches: crosses train_at and a rebuild
+        index.upsert(keys[start : start + 700], vecs[start : start + 700])
+    return index
+
+
+def brute(
+    keys: npt.NDArray[np.int64],
+    vecs: npt.NDArray[np.float32],
+    query: npt.NDArray[np.float32],
+    k: int,
+    mask: npt.NDArray[np.bool_] | None = None,
+) -> set[int]:
+    sims = vecs @ query
+    if mask is not None:
+        sims = np.where(mask, sims, -np.inf)
+        k = min(k, int(mask.sum()))
+    return set(keys[np.argsort(-sims, kind="stable")[:k]].tolist())
+
+
+def check_result(
+    index: Any,
+    query: npt.NDArray[np.float32],
+    got: tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]],
+    expected_len: int,
+) -> None:
+    """Shape, dtypes, uniqueness, order and exact cosines of one search result."""
+    keys, sims = got
+    assert keys.dtype == np.int64 and sims.dtype == np.float32
+    assert len(keys) == len(sims) == expected_len
+    assert len(set(keys.tolist())) == len(keys)
+    assert np.all(np.diff(sims) <= 1e-6), "results must be best first"
+    np.testing.assert_allclose(sims, index.vectors_of(keys) @ query, atol=1e-5)
+
+
+def test_implements_the_protocol(make: Factory) -> None:
+    index: VectorIndex = make(DIM)
+    assert index.dim == DIM
+
+
+def test_empty_index(make: Factory) -> None:
+    index = make(DIM)
+    query = clustered(1)[0]
+    assert len(index) == 0
+    assert index.keys().shape == (0,)
+    for allowed in (None, np.zeros(0, dtype=np.bool_)):
+        keys, sims = index.search(query, K, allowed)
+        assert keys.dtype == np.int64 and sims.dtype == np.float32
+        assert len(keys) == len(sims) == 0
+    assert not index.vectors_of(np.array([1, 2], dtype=np.int64)).any()
+    index.upsert(np.zeros(0, dtype=np.int64), np.zeros((0, DIM), dtype=np.float32))
+    assert len(index) == 0
+
+
+def test_upsert_keys_order_and_vectors(make: Factory) -> None:
+    vecs = clustered(50)
+    keys = shuffled_keys(50)
+    index = make(DIM)
+    index.upsert(keys[:20], vecs[:20])
+    index.upsert(keys[20:], vecs[20:])
+    assert len(index) == 50
+    assert index.keys().tolist() == keys.tolist()
+    np.testing.assert_array_equal(index.vectors_of(keys[::-1]), vecs[::-1])
+    unknown = index.vectors_of(np.array([keys[3], 10**12], dtype=np.int64))
+    np.testing.assert_array_equal(unknown[0], vecs[3])
+    assert not unknown[1].any()
+    # One batch mixing replaced and new keys: replaced keys keep their rows, new ones append in order.
+    mixed = np.array([keys[7], 10**9, keys[0], 10**9 + 1], dtype=np.int64)
+    fresh = clustered(4, seed=11)
+    index.upsert(mixed, fresh)
+    assert index.keys().tolist() == [*keys.tolist(), 10**9, 10**9 + 1]
+    np.testing.assert_array_equal(index.vectors_of(mixed), fresh)
+    np.testing.assert_array_equal(index.vectors_of(keys[1:7]), vecs[1:7])
+
+
+def test_upsert_rejects_mismatched_lengths(make: Factory) -> None:
+    index = make(DIM)
+    with pytest.raises(ValueError):
+        index.upsert(np.arange(3, dtype=np.int64), clustered(2))
+
+
+def test_replace_keeps_row_and_changes_vector(make: Factory, data: Any) -> None:
+    keys, vecs, _ = data
+    index = filled(make, keys, vecs)
+    order = index.keys().copy()
+    victims = keys[[0, 1500, N - 1]]
+    new = clustered(3, seed=9)
+    index.upsert(victims, new)
+    assert len(index) == N
+    np.testing.assert_array_equal(index.keys(), order)
+    np.testing.assert_allclose(index.vectors_of(victims), new)
+    for key, vec in zip(victims.tolist(), new, strict=True):
+        got = index.search(vec, K)
+        check_result(index, vec, got, K)
+        assert got[0][0] == key and got[1][0] == pytest.approx(1.0, abs=1e-5)
+    # The old vector is gone: searching for it never reports the replaced key with cosine ~1.
+    for key, old in zip(victims.tolist(), vecs[[0, 1500, N - 1]], strict=True):
+        got_keys, got_sims = index.search(old, K)
+        assert not any(k == key and s > 0.999 for k, s in zip(got_keys.tolist(), got_sims.tolist(), strict=True))
+
+
+def test_duplicate_keys_in_one_call_keep_the_last_vector(make: Factory) -> None:
+    vecs = clustered(3)
+    index = make(DIM)
+    index.upsert(np.array([7, 8, 7], dtype=np.int64), vecs)
+    assert index.keys().tolist() == [7, 8]
+    np.testing.assert_array_equal(index.vectors_of(np.array([7], dtype=np.int64))[0], vecs[2])
+
+
+def test_search_cosines_order_and_recall(make: Factory, data: Any) -> None:
+    keys, vecs, queries = data
+    index = filled(make, keys, vecs)
+    row_of_key = {key: row for row, key in enumerate(keys.tolist())}
+    hits = 0
+    for query in queries:
+        got = index.search(query, K)
+        check_result(index, query, got, K)
+        np.testing.assert_allclose(got[1], vecs[[row_of_key[key] for key in got[0].tolist()]] @ query, atol=1e-5)
+        hits += len(brute(keys, vecs, query, K) & set(got[0].tolist()))
+    assert hits / (K * len(queries)) >= 0.9
+    # A stored vector finds itself first.
+    for row in (0, 777, N - 1):
+        got_keys, got_sims = index.search(vecs[row], 1)
+        assert got_keys.tolist() == [keys[row]] and got_sims[0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_k_larger_than_size_and_k_zero(make: Factory) -> None:
+    vecs = clustered(12)
+    keys = shuffled_keys(12)
+    index = make(DIM)
+    index.upsert(keys, vecs)
+    got = index.search(vecs[0], 100)
+    check_result(index, vecs[0], got, 12)
+    assert set(got[0].tolist()) == set(keys.tolist())
+    assert len(index.search(vecs[0], 0)[0]) == 0
+
+
+@pytest.mark.parametrize("density", [1.0, 0.5, 0.1, 0.03, 0.01])
+def test_allowed_mask_filters_before_top_k(make: Factory, data: Any, density: float) -> None:
+    keys, vecs, queries = data
+    index = filled(make, keys, vecs)
+    rng = np.random.default_rng(int(density * 1000))
+    mask = rng.random(N) < density
+    allowed_keys = set(index.keys()[mask].tolist())
+    expected = min(K, len(allowed_keys))
+    stored = index.vectors_of(index.keys())
+    hits = 0
+    for query in queries:
+        got = index.search(query, K, mask)
+        check_result(index, query, got, expected)
+        assert set(got[0].tolist()) <= allowed_keys, "a disallowed key came through the filter"
+        hits += len(brute(index.keys(), stored, query, K, mask) & set(got[0].tolist()))
+    assert hits / (expected * len(queries)) >= 0.9
+
+
+def test_allowed_mask_is_aligned_with_keys_order(make: Factory, data: Any) -> None:
+    keys, vecs, queries = data
+    index = filled(make, keys, vecs)
+    mask = index.keys() % 2 == 0  # keys are shuffled, so this mask is not a prefix or a stride of rows
+    for query in queries[:10]:
+        got_keys, _ = index.search(query, K, mask)
+        assert len(got_keys) == K and all(key % 2 == 0 for key in got_keys.tolist())
+
+
+def test_tiny_masks_return_every_allowed_key(make: Factory, data: Any) -> None:
+    keys, vecs, queries = data
+    index = filled(make, keys, vecs)
+    for allowed_rows in ([5], [5, 2999], list(range(0, N, N // 7))):
+        mask = np.zeros(N, dtype=np.bool_)
+        mask[allowed_rows] = True
+        got = index.search(queries[0], K, mask)
+        check_result(index, queries[0], got, min(K, len(allowed_rows)))
+        assert set(got[0].tolist()) == set(index.keys()[allowed_rows].tolist())
+    nothing = np.zeros(N, dtype=np.bool_)
+    assert len(index.search(queries[0], K, nothing)[0]) == 0
+
+
+def test_all_true_mask_equals_no_mask_and_longer_masks_are_sliced(make: Factory, data: Any) -> None:
+    keys, vecs, queries = data
+    index = filled(make, keys, vecs)
+    everything = np.ones(N + 50, dtype=np.bool_)
+    for query in queries[:10]:
+        plain = index.search(query, K)
+        masked = index.search(query, K, everything)
+        np.testing.assert_array_equal(plain[0], masked[0])
+
+
+def test_short_mask_is_an_error(make: Factory, data: Any) -> None:
+    keys, vecs, queries = data
+    index = filled(make, keys, vecs)
+    with pytest.raises(ValueError):
+        index.search(queries[0], K, np.ones(N - 1, dtype=np.bool_))
+
+
+def test_deterministic_for_the_same_data(make: Factory, data: Any) -> None:
+    keys, vecs, queries = data
+    first, second = filled(make, keys, vecs), filled(make, keys, vecs)
+    mask = np.random.default_rng(5).random(N) < 0.2
+    for query in queries[:15]:
+        for allowed in (None, mask):
+            a, b = first.search(query, K, allowed), second.search(query, K, allowed)
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+            np.testing.assert_array_equal(first.search(query, K, allowed)[0], a[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# AnnIndex only: persistence, the IVF path and the missing extra
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_save_load_round_trip(tmp_path: Path, data: Any) -> None:
+    from engramdb.vectors.ann import AnnIndex
+
+    keys, vecs, queries = data
+    for train_at in (256, 10**6):  # with and without an IVF
+        index = filled(_ann(train_at=train_at, nlist=32), keys, vecs)
+        assert index.trained == (train_at == 256)
+        path = tmp_path / f"index-{train_at}.npz"
+        index.save(path)
+        loaded = AnnIndex.load(path)
+        assert loaded.trained == index.trained and loaded.nlist == index.nlist
+        np.testing.assert_array_equal(loaded.keys(), index.keys())
+        mask = index.keys() % 3 == 0
+        for query in queries[:10]:
+            for allowed in (None, mask):
+                np.testing.assert_array_equal(loaded.search(query, K, allowed)[0], index.search(query, K, allowed)[0])
+        loaded.upsert(np.array([10**9], dtype=np.int64), vecs[:1])  # still writable after loading
+        assert len(loaded) == N + 1
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_builds_at_train_at_and_rebuilds_on_growth() -> None:
+    from engramdb.vectors.ann import AnnIndex
+
+    vecs = clustered(1200)
+    keys = np.arange(1200, dtype=np.int64)
+    index = AnnIndex(DIM, train_at=200, rebuild_growth=4.0)
+    index.upsert(keys[:199], vecs[:199])
+    assert not index.trained
+    index.upsert(keys[199:300], vecs[199:300])
+    assert index.trained and index.nprobe >= 1
+    first_nlist = index.nlist
+    index.upsert(keys[300:], vecs[300:])  # 1200 >= 4 * 300: rebuilt with more lists
+    assert index.nlist > first_nlist
+    # Replacing vectors after the build moves their IVF entries instead of adding second ones.
+    index.upsert(keys[:50], clustered(50, seed=4))
+    assert index._ivf.ntotal == len(index) == 1200
+    for row in range(0, 50, 7):
+        got_keys, got_sims = index.search(clustered(50, seed=4)[row], 1)
+        assert got_keys.tolist() == [row] and got_sims[0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_ann_without_faiss_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engramdb.vectors.ann as ann
+
+    monkeypatch.setattr(ann, "_faiss_module", None)
+    monkeypatch.setitem(sys.modules, "faiss", None)  # makes `import faiss` raise ImportError
+    with pytest.raises(MissingExtra) as info:
+        ann.AnnIndex(DIM)
+    assert info.value.extra == "ann" and "engramdb[ann]" in str(info.value)
+    assert not ann.faiss_available()

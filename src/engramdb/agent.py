@@ -7,6 +7,7 @@ what the agent may see (tenant, owner, confidentiality cap, validity, archival) 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import sqlite3
@@ -791,6 +792,22 @@ class Agent:
         conn = self._db()
         with translate(conn):
             return compute_stats(conn.raw, self._vis(include_archived=True))
+
+    def export(self, *, include_archived: bool = False) -> list[dict[str, Any]]:
+        """Every memory this agent can see, as JSON-ready dicts, with the edges whose two ends it
+        can also see (oldest first; no access is logged). Suitable for backup or migration."""
+        out = []
+        for m in self.memories(include_archived=include_archived):
+            record = dataclasses.asdict(m)
+            (
+                record.pop("recent_accesses"),
+                record.pop("older_count"),
+                record.pop("older_newest"),
+                record.pop("older_oldest"),
+            )
+            record["edges"] = [dataclasses.asdict(e) for e in self.edges(m.id) if e.source == m.id]
+            out.append(record)
+        return out
 
     def memories(
         self, *, types: Sequence[MemoryType | str] | None = None, include_archived: bool = False

@@ -291,3 +291,24 @@ def test_memories_survive_reopen_and_other_processes_see_them(tmp_path: Path, cl
     assert next(h.source for h in a2.recall("sleeping walrus")) in ("both", "vector", "lexical")
     e1.close()
     e2.close()
+
+
+def test_export_holds_what_the_agent_sees_and_nothing_else(eng: DynamicMemoryEngine, me: Agent) -> None:
+    import json
+
+    a = me.remember("alpha fact", tags=["x"])
+    b = me.remember("beta fact", shared=True)
+    me.link(a.id, b.id, "supports")
+    hidden = eng.agent("bob").remember("bob's private fact")
+    dump = me.export()
+    assert [r["id"] for r in dump] == [a.id, b.id]
+    assert dump[0]["edges"] == [
+        {
+            "source": a.id,
+            "target": b.id,
+            "type": "supports",
+            "weight": 1.0,
+            "created_at": dump[0]["edges"][0]["created_at"],
+        }
+    ]
+    assert hidden.id not in json.dumps(dump)

@@ -188,4 +188,4 @@ class VectorChannel:
         if not keys:
             return {}
         vecs = self.index.vectors_of(np.asarray(keys, dtype=np.int64))
-        return dict(zip(keys, (vecs @ query_vec).tolist(), strict=True))
+        return dict(zip(keys, np.einsum("ij,j->i", vecs, query_vec).tolist(), strict=True))

@@ -301,7 +301,7 @@ class AnnIndex:
         rows = self._candidates(q, wanted, mask, count)
         if len(rows) < k:  # the probed lists held too few allowed vectors: stay correct, go exact
             return self._exact(q, k, mask, count)
-        sims = self._vecs[rows] @ q
+        sims = _dot(self._vecs[rows], q)
         top = _top(sims, k)
         return self._keys[rows[top]].copy(), sims[top].astype(np.float32)
 
@@ -487,17 +487,24 @@ class AnnIndex:
         """Exact top-`k` among the allowed rows (all rows when `mask` is None)."""
         n = self._n
         if mask is None:
-            sims = self._vecs[:n] @ q
+            sims = _dot(self._vecs[:n], q)
             top = _top(sims, k)
             return self._keys[top].copy(), sims[top].astype(np.float32)
         if count * 4 < n:  # few allowed rows: score only those
             rows = np.flatnonzero(mask)
-            sims = self._vecs[rows] @ q
+            sims = _dot(self._vecs[rows], q)
             top = _top(sims, k)
             return self._keys[rows[top]].copy(), sims[top].astype(np.float32)
-        sims = np.where(mask, self._vecs[:n] @ q, np.float32(-np.inf))
+        sims = np.where(mask, _dot(self._vecs[:n], q), np.float32(-np.inf))
         top = _top(sims, k)
         return self._keys[top].copy(), sims[top].astype(np.float32)
+
+
+def _dot(matrix: npt.NDArray[np.float32], q: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """matrix @ q in numpy's own single-threaded kernel (see ExactIndex.search: BLAS wakes its
+    thread pool per call, 14.6 ms against 0.63 ms at 10k rows on a busy 2-core machine)."""
+    out: npt.NDArray[np.float32] = np.einsum("ij,j->i", matrix, q)
+    return out
 
 
 def _top(sims: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:

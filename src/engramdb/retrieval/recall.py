@@ -172,7 +172,9 @@ class Recaller:
         for near, far in (("src", "dst"), ("dst", "src")):
             sql = (
                 f"SELECT e.{near}, m.id, substr(m.content, 1, 120) FROM engram_edges e "  # noqa: S608 - engine-built fragments, values bound
-                f"JOIN engram_memories m ON m.n = e.{far} WHERE e.type = 'contradicts' AND e.{near} IN ({marks}) AND {pred}"
+                # CROSS JOIN: start from the hits' edges; the planner otherwise walked every visible
+                # memory first (measured 4-10 ms per recall at 10k memories, now ~0.05 ms).
+                f"CROSS JOIN engram_memories m ON m.n = e.{far} WHERE e.type = 'contradicts' AND e.{near} IN ({marks}) AND {pred}"
             )
             for n, other, preview in db.execute(sql, named):
                 notes.setdefault(int(n), []).append(f"contradicted by {other}: {preview}")

@@ -43,6 +43,7 @@ from engramdb.memories.model import (
 )
 from engramdb.memories.prospective import Injection, Trigger
 from engramdb.memories.references import FileResolver, ReferenceResolvers, Resolver
+from engramdb.memories.reflection import Reasoner, Reconciler, ReflectionConfig, ReflectionReport
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.observability.stats import Stats
 from engramdb.retrieval.budget import TokenCounter, approx_tokens
@@ -118,8 +119,12 @@ __all__ = [
     "MissingExtra",
     "NamespacedMemory",
     "NotFound",
+    "Reasoner",
     "Recall",
+    "Reconciler",
     "ReferenceResolvers",
+    "ReflectionConfig",
+    "ReflectionReport",
     "Resolver",
     "ResourceLimitExceeded",
     "RetrievedRow",

@@ -587,6 +587,26 @@ class Agent:
             )
         return self.link(new.id, old.id, EdgeType.REFINES)
 
+    def reflect(
+        self,
+        *,
+        config: Any = None,
+        reconciler: Any = None,
+        reasoner: Any = None,
+        steps: Sequence[str] | None = None,
+        should_stop: Any = None,
+    ) -> Any:
+        """Consolidate in the stated order — merge near-duplicates, reconcile (with a `Reconciler`),
+        link neighbours, rescore importance, abstract episodes (with a `Reasoner`), prune — and
+        return a `ReflectionReport`. Each item commits on its own; `should_stop` (a callable or a
+        `threading.Event`) interrupts between items. One run per tenant at a time
+        (`TransactionError`). See `engramdb.memories.reflection`."""
+        from engramdb.memories.reflection import reflect
+
+        return reflect(
+            self, config=config, reconciler=reconciler, reasoner=reasoner, steps=steps, should_stop=should_stop
+        )
+
     # -- prospective memory and live references -----------------------------------------------
 
     def intend(self, content: str, **trigger: Any) -> Memory:

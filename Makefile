@@ -26,15 +26,22 @@ format: $(PY)
 typecheck: $(PY)
 	$(PY) -m mypy
 
-# The fast subset (under 5 minutes on 2 cores); peers are set up on first use.
+# The fast subset (peers are set up on first use): engine, recall and reflection at 10k.
 bench: $(PY)
 	bash benchmarks/peers/setup.sh
 	$(PY) benchmarks/bench_sql_engine.py --sizes 10000
+	$(PY) benchmarks/bench_recall.py --sizes 10000 --peer-sizes 10000
+	$(PY) benchmarks/bench_reflection.py --sizes 10000 --peer-sizes 10000
 
-# Everything, at every size.
+# Everything, at every size (an hour or more on 2 cores; the vector index run embeds 1M texts).
 bench-full: $(PY)
 	bash benchmarks/peers/setup.sh
 	$(PY) benchmarks/bench_sql_engine.py --sizes 10000 100000
+	$(PY) benchmarks/bench_recall.py --sizes 10000 100000 --peer-sizes 10000
+	$(PY) benchmarks/bench_reflection.py --sizes 10000 100000 --peer-sizes 10000
+	$(PY) benchmarks/bench_tenancy.py
+	$(PY) benchmarks/bench_embedders.py
+	$(PY) benchmarks/bench_vector_index.py
 
 demo: $(PY)
 	$(PY) -m engramdb.demo

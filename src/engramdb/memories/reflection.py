@@ -161,7 +161,7 @@ class ReflectionConfig:
     anisotropy_limit: float = 0.3  # probe mean pairwise cosine above which `center=None` centres
     candidates: int = 32  # nearest candidates kept per memory for merge and link
     block_bytes: int = 64 * 2**20  # bound of one block of the similarity matrix
-    batch: int = 256  # memories per transaction in link and rescore
+    batch: int = 1  # memories per transaction in link and rescore: each item commits on its own
     measure: bool = True  # put the reflection rows / reads shares (`Agent.stats`) in the report
 
     def __post_init__(self) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -25,16 +23,9 @@ from engramdb import (
     retention,
 )
 from engramdb.memories.forgetting import guarded, prunable, stability
-from engramdb.testing import FixedClock, fake_embedder
+from engramdb.testing import FixedClock
 
 HOUR, DAY = 3600.0, 86_400.0
-
-
-@pytest.fixture
-def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=fake_embedder())
-    yield e
-    e.close()
 
 
 # -- pure forgetting ---------------------------------------------------------------------------

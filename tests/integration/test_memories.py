@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,18 +13,6 @@ from engramdb.embeddings.hashing import HashingEmbedder
 from engramdb.testing import FixedClock
 
 DAY = 86_400.0
-
-
-@pytest.fixture
-def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=HashingEmbedder(dim=256))
-    yield e
-    e.close()
-
-
-@pytest.fixture
-def me(eng: DynamicMemoryEngine) -> Agent:
-    return eng.agent("alice")
 
 
 def _count(eng: DynamicMemoryEngine, table: str) -> int:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,22 +25,10 @@ from engramdb.memories.prospective import (
     todos,
     trigger_of,
 )
-from engramdb.testing import FixedClock, fake_embedder
+from engramdb.testing import FixedClock
 
 HOUR = 3600.0
 START = 1_764_000_000.0  # FixedClock's default: 2025-11-24T16:00:00Z
-
-
-@pytest.fixture
-def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=fake_embedder())
-    yield e
-    e.close()
-
-
-@pytest.fixture
-def me(eng: DynamicMemoryEngine) -> Agent:
-    return eng.agent("alice")
 
 
 def _counts(eng: DynamicMemoryEngine) -> tuple[int, int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,21 +14,8 @@ from engramdb.memories.model import Channel, MemoryRef
 from engramdb.memories.prospective import intend
 from engramdb.memories.references import FileResolver, ReferenceResolvers, ResolvedRef, resolve_refs
 from engramdb.retrieval.results import Recall
-from engramdb.testing import FixedClock, fake_embedder
 
 START = 1_764_000_000.0
-
-
-@pytest.fixture
-def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=fake_embedder())
-    yield e
-    e.close()
-
-
-@pytest.fixture
-def me(eng: DynamicMemoryEngine) -> Agent:
-    return eng.agent("alice")
 
 
 @pytest.fixture

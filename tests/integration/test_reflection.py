@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,6 @@ FILLER = (
     "Smaller learning rates reduced overfitting on the noisy benchmark",
     "Grandma's birthday dinner is at the Italian place by the river",
 )
-
-
-@pytest.fixture
-def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=fake_embedder())
-    yield e
-    e.close()
 
 
 @pytest.fixture

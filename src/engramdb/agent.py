@@ -288,9 +288,18 @@ class Agent:
         channel.refresh(db)
         filters = [(p["type"].value, p["owner"], int(p["level"])) for p in prepared]
         # A todo or an intent is a commitment: stating it again is a new one (the old may be done).
+        vis = self._vis()
+        if len(prepared) <= 4:
+            # A few items: one filtered k-NN each, which the ANN index answers without a full scan.
+            nearest: list[tuple[int, float] | None] = []
+            for i, (mtype, owner, level) in enumerate(filters):
+                hit = channel.search(vectors[i], 1, vis, types=frozenset({mtype}), owner=owner, min_level=level)
+                nearest.append(next(iter(hit.items()), None))
+        else:
+            nearest = channel.best_matches(vectors, vis, filters)  # one matrix product for the batch
         candidates = {
             i: best
-            for i, best in enumerate(channel.best_matches(vectors, self._vis(), filters))
+            for i, best in enumerate(nearest)
             if best is not None
             and best[1] >= self.engine.dedup_threshold
             and prepared[i]["type"] not in (MemoryType.TODO, MemoryType.INTENT)

@@ -82,6 +82,26 @@ def run(db_path: Path) -> None:
         retriever = MemoryRetriever(scope=shared, token_budget=120, table="shared_notes", content_column="content")
         print(f"query: 'why is fsync latency high'  (semantic ranking: {'on' if retriever.semantic else 'off'})")
         print(retriever.retrieve("why is fsync latency high"))
+
+        _section("5. typed memories: remember, recall with spreading, explain")
+        researcher_mem = engine.agent("researcher")
+        writer_mem = engine.agent("writer")
+        cause = researcher_mem.remember(
+            "fsync in the write-ahead log dominates p99 latency", importance=8, shared=True, tags=["latency"]
+        )
+        fix = researcher_mem.remember(
+            "Batching 64 writes per transaction cuts fsync cost by 40x", importance=7, shared=True
+        )
+        researcher_mem.link(cause.id, fix.id, "causes")
+        researcher_mem.remember("Private hunch: the NVMe firmware is old", importance=3)
+        hits = writer_mem.recall("why is p99 latency high?", k=3)
+        for h in hits:
+            c = h.components
+            print(f"#{h.rank} {h.score:.2f} [{h.source}] rel={c.rel:.2f} rec={c.rec:.2f} imp={c.imp:.2f} "
+                  f"spread={c.spread:.2f}  {h.memory.content}")  # fmt: skip
+        print("(the researcher's private hunch is invisible to the writer)")
+        why = writer_mem.explain(hits.recall_id or "")
+        print(f"explain({hits.recall_id}): {len(why.hits)} hits replayed from the access stream")
         print(f"\ndatabase: {engine.path}  tables: {', '.join(engine.list_all_tables())}")
 
 

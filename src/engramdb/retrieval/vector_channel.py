@@ -140,7 +140,8 @@ class VectorChannel:
         mask = self.mask(vis)
         n = len(self.index)
         if types:
-            mask &= np.isin(self._type[:n], [self._types.find(t) for t in types])
+            codes = [self._types.find(t) for t in types]
+            mask &= (self._type[:n] == codes[0]) if len(codes) == 1 else np.isin(self._type[:n], codes)
         if owner is not None:
             mask &= self._owner[:n] == self._codes.find(owner)
         if min_level is not None:

@@ -226,3 +226,15 @@ def test_wordpiece_small_vocab() -> None:
     assert tok.encode("played") == [0]  # "##ed" missing: the whole word is unknown
     with pytest.raises(ValueError):
         WordPieceTokenizer(["a", "b"])
+
+
+def test_static_batches_of_any_size_equal_one_by_one() -> None:
+    np = pytest.importorskip("numpy")
+    from engramdb.embeddings.static import default_embedder
+
+    emb = default_embedder()
+    texts = [f"note {i}: the deploy of service {i % 7} finished in {i} seconds" for i in range(150)] + ["", "   "]
+    batch = emb.embed(texts)
+    single = np.vstack([emb.embed([t]) for t in texts])
+    assert batch.shape == (152, emb.dim)
+    np.testing.assert_allclose(batch, single, rtol=1e-6, atol=1e-7)

@@ -125,6 +125,12 @@ class StaticEmbedder:
         out = np.zeros((n, dim), dtype=np.float32)
         if n == 0:
             return out
+        # Gathering every token vector of a large batch at once builds an array far larger than the
+        # CPU caches (2,000 texts: 0.44 s, slower than one by one); chunks keep it in cache.
+        if n > _CHUNK:
+            for start in range(0, n, _CHUNK):
+                out[start : start + _CHUNK] = self.embed(texts[start : start + _CHUNK])
+            return out
         encode = self._tokenizer.encode
         flat: list[int] = []
         starts: list[int] = []
@@ -148,6 +154,9 @@ class StaticEmbedder:
         np.divide(sums, norms, out=sums, where=norms > 0)
         out[np.asarray(rows, dtype=np.intp)] = sums
         return out
+
+
+_CHUNK = 64
 
 
 def default_embedder() -> StaticEmbedder:

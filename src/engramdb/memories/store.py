@@ -198,11 +198,24 @@ def _tenant_of(db: sqlite3.Connection, n: int) -> str:
 
 
 def fts_insert(
-    db: sqlite3.Connection, n: int, title: str, content: str, tags: str, *, tenant: str | None = None
+    db: sqlite3.Connection,
+    n: int,
+    title: str,
+    content: str,
+    tags: str,
+    *,
+    tenant: str | None = None,
+    table: str | None = None,
 ) -> None:
-    """Index memory `n` in its tenant's full-text index (same transaction as the write)."""
-    tbl = fts_table(db, tenant if tenant is not None else _tenant_of(db, n), create=True)
+    """Index memory `n` in its tenant's full-text index (same transaction as the write); pass the
+    tenant's `table` (from `fts_table`) when indexing many memories at once."""
+    tbl = table or fts_table(db, tenant if tenant is not None else _tenant_of(db, n), create=True)
     db.execute(f"INSERT INTO {tbl} (rowid, title, content, tags) VALUES (?, ?, ?, ?)", (n, title, content, tags))  # noqa: S608 - engine table name
+
+
+def fts_insert_many(db: sqlite3.Connection, table: str, rows: Sequence[tuple[int, str, str, str]]) -> None:
+    """Index many memories of one tenant: rows of (n, title, content, tags text)."""
+    db.executemany(f"INSERT INTO {table} (rowid, title, content, tags) VALUES (?, ?, ?, ?)", rows)  # noqa: S608 - engine table name
 
 
 def fts_delete(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -166,6 +167,7 @@ def hits(text: str, kws: Iterable[str]) -> int:
     return sum(1 for k in kws if k in present)
 
 
+@functools.lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
     """A light suffix-stripper so that cue overlap matches "rotates" with "rotate" and "keys" with "key".
 

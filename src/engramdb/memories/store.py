@@ -230,10 +230,6 @@ def fts_delete(
         )
 
 
-def fts_text(tags_json: str) -> str:
-    return " ".join(_labels(tags_json))
-
-
 @dataclass(frozen=True, slots=True)
 class Touch:
     """One access to log: which memory, how, and (for recalls) its rank and components."""

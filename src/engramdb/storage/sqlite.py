@@ -35,7 +35,7 @@ from engramdb.errors import (
     SqlError,
     TransactionError,
 )
-from engramdb.scopes.policy import ENGINE_PREFIX, Namespace, Policy, ascii_lower
+from engramdb.scopes.policy import Namespace, Policy
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -397,7 +397,3 @@ def translate(conn: Conn | None = None) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise convert(exc, conn) from None
-
-
-def is_engine_table(name: str) -> bool:
-    return ascii_lower(name).startswith(ENGINE_PREFIX)

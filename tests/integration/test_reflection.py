@@ -24,11 +24,11 @@ from engramdb.memories.reflection import (
     STEPS,
     ReflectionConfig,
     Reflector,
-    lock_path,
     reflect,
     rescored_importance,
 )
 from engramdb.memories.scoring import sigmoid
+from engramdb.storage.locks import lock_path
 from engramdb.testing import FixedClock, fake_embedder
 
 HOUR = 3600.0

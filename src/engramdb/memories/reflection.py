@@ -66,25 +66,40 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib
 import inspect
 import json
 import logging
 import math
-import os
 import secrets
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
-from engramdb.errors import ConfigError, Forgotten, NotFound, TransactionError, ValidationError
-from engramdb.memories.model import Channel, Confidentiality, EdgeType, Memory, MemoryType
+from engramdb.errors import Forgotten, NotFound, ValidationError
+from engramdb.memories.model import Channel, EdgeType, Memory, MemoryType
+from engramdb.memories.reflection_support import (
+    _INTERRUPTED,
+    STEPS,
+    Reasoner,
+    Reconciler,
+    ReflectionConfig,
+    ReflectionReport,
+    StepReport,
+    StopSignal,
+    _check_steps,
+    _count,
+    _fold_accesses,
+    _forgetting_prune,
+    _mergeable,
+    _n_of,
+    _stopper,
+    _text,
+    _times,
+    _union,
+)
 from engramdb.memories.scoring import base_level, recency
+from engramdb.memories.similarity import _load_vectors, _pairs, _Vectors
 from engramdb.memories.store import (
     MEMORY_COLUMNS,
     Touch,
@@ -93,21 +108,17 @@ from engramdb.memories.store import (
     fts_delete,
     fts_insert,
     next_change,
-    pack_times,
     row_to_memory,
     says_nothing_new,
 )
 from engramdb.retrieval.keywords import cue_terms
+from engramdb.storage.locks import _tenant_lock
 from engramdb.storage.sqlite import translate
 
 if TYPE_CHECKING:
     import sqlite3
 
-    import numpy as np
-    import numpy.typing as npt
-
     from engramdb.agent import Agent
-    from engramdb.embeddings.base import Embedder
     from engramdb.storage.sqlite import Conn
 
 __all__ = [
@@ -124,183 +135,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: The steps in the order a run takes them.
-STEPS: tuple[str, ...] = ("merge", "reconcile", "link", "rescore", "abstract", "prune")
-
-#: Something to ask "stop now?" between items: a ``threading.Event`` or a callable.
-StopSignal: TypeAlias = "threading.Event | Callable[[], bool]"
-
-_INTERRUPTED = "interrupted before this step"
-
-
-@dataclass(frozen=True, slots=True)
-class ReflectionConfig:
-    """Every constant of a reflection run. Defaults are nooa-memory's where it has one."""
-
-    merge_threshold: float = 0.95  # cosine at or above which two memories are near-duplicates
-    #: merge only when the archived memory says nothing the survivor does not (its words, numbers
-    #: and names are all there): a merge must never drop a fact
-    merge_requires_containment: bool = True
-    link_threshold: float = 0.80  # cosine from which two memories are neighbours (below merge_threshold)
-    max_new_edges: int = 5  # new related edges touching any one memory, per run
-    reconcile_threshold: float = 0.6  # cosine from which memories are clustered for the reconciler
-    reconcile_max_cluster: int = 6
-    max_reconcile_clusters: int = 10  # reconciler calls per run (an LLM cost ceiling)
-    gist_min_episodes: int = 3
-    gist_max_episodes: int = 8
-    max_gists: int = 10  # reasoner calls per run (an LLM cost ceiling)
-    #: memories above this level are never sent to the reconciler or the reasoner
-    llm_cap: Confidentiality = Confidentiality.RESTRICTED
-    importance_weight: float = 0.5
-    salience_weight: float = 3.0
-    recency_weight: float = 2.0  # times σ(base level)
-    importance_floor: float = 8.0  # a memory at or above it is never rescored below it
-    include_shared: bool = True  # cover the tenant's shared memories as well as the agent's own
-    center: bool | None = None  # None: centre the vectors when the embedder is anisotropic
-    anisotropy_limit: float = 0.3  # probe mean pairwise cosine above which `center=None` centres
-    candidates: int = 32  # nearest candidates kept per memory for merge and link
-    block_bytes: int = 64 * 2**20  # bound of one block of the similarity matrix
-    batch: int = 1  # memories per transaction in link and rescore: each item commits on its own
-    measure: bool = True  # put the reflection rows / reads shares (`Agent.stats`) in the report
-
-    def __post_init__(self) -> None:
-        for name in ("merge_threshold", "link_threshold", "reconcile_threshold", "anisotropy_limit"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1 <= value <= 1:
-                raise ConfigError(f"{name} must be a cosine in [-1, 1], got {value!r}")
-        if self.link_threshold >= self.merge_threshold:
-            raise ConfigError("link_threshold must be below merge_threshold")
-        for name in (
-            "max_new_edges", "reconcile_max_cluster", "max_reconcile_clusters", "gist_min_episodes",
-            "gist_max_episodes", "max_gists", "candidates", "batch", "block_bytes",
-        ):  # fmt: skip
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name.startswith("max_") else 1):
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.gist_min_episodes > self.gist_max_episodes:
-            raise ConfigError("gist_min_episodes must not exceed gist_max_episodes")
-        if not 0 <= self.importance_floor <= 10:
-            raise ConfigError("importance_floor must be from 0 to 10")
-
-
-@runtime_checkable
-class Reconciler(Protocol):
-    """Decides which memories of a cluster state a fact that a newer one has replaced (usually an LLM).
-
-    Invariants: `reconcile` gets 2 to `reconcile_max_cluster` memories of one owner, oldest first,
-    that are near each other or joined by ``contradicts`` edges, none above the run's `llm_cap`. It
-    returns ``{outdated id: id of the memory that replaces it}`` over ids of that cluster (empty:
-    nothing is outdated); an outdated memory is never also a replacement. Any other id, or a
-    raised exception, rejects the whole verdict and changes nothing. It must not write memories.
-    """
-
-    @property
-    def name(self) -> str:
-        """Identifies the reconciler (model and prompt version) in the access stream."""
-        ...
-
-    def reconcile(self, cluster: Sequence[Memory]) -> Mapping[str, str]:
-        """``{outdated id: replacing id}`` for the cluster; see the class invariants."""
-        ...
-
-
-@runtime_checkable
-class Reasoner(Protocol):
-    """Distils episodes into one gist (usually an LLM).
-
-    Invariants: `abstract` gets the texts (``"title. content"``) of `gist_min_episodes` to
-    `gist_max_episodes` (3–8) episodes of one owner not yet distilled, oldest first, none above the
-    run's `llm_cap`, and returns the gist as plain text, or None to
-    write nothing. The gist is stored as a ``reflection`` memory owned like its episodes, at least
-    as confidential as the most confidential of them. It must not write memories.
-    """
-
-    @property
-    def name(self) -> str:
-        """Identifies the reasoner (model and prompt version) in the access stream."""
-        ...
-
-    def abstract(self, episodes: Sequence[str]) -> str | None:
-        """One gist of the episodes, or None; see the class invariants."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class StepReport:
-    """What one step did.
-
-    `changed` counts the step's effect: duplicates archived (merge), memories superseded
-    (reconcile), edges added (link), importances changed (rescore), gists written (abstract),
-    memories archived (prune). `examined` counts the items it looked at: candidate pairs,
-    clusters, memories, episode batches. `calls` counts reconciler / reasoner calls, `errors` the
-    calls that failed or gave an unusable answer. `skipped` says why the step did not run; `note`
-    carries anything else worth knowing (vector centring, the prune path used).
-    """
-
-    step: str
-    changed: int = 0
-    examined: int = 0
-    calls: int = 0
-    errors: int = 0
-    duration_s: float = 0.0
-    interrupted: bool = False
-    skipped: str | None = None
-    note: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReflectionReport:
-    """What a run did, step by step, and what reflection output weighs afterwards.
-
-    `reflection_rows_share` / `reflection_reads_share` are the share of the agent's visible
-    memories that are reflections and their share of deliberate reads (spec 001 reports 22% of
-    rows but ~1% of reads); None when `ReflectionConfig.measure` is off.
-    """
-
-    run_id: str
-    agent: str
-    tenant: str
-    started_at: float  # engine clock
-    steps: tuple[StepReport, ...]
-    duration_s: float
-    interrupted: bool
-    stopped_in: str | None
-    reflection_rows_share: float | None = None
-    reflection_reads_share: float | None = None
-
-    def step(self, name: str) -> StepReport:
-        """The report of step `name`; a step that was not asked for reports ``skipped="not requested"``."""
-        for s in self.steps:
-            if s.step == name:
-                return s
-        if name not in STEPS:
-            raise ValidationError(f"unknown reflection step {name!r}; steps are {', '.join(STEPS)}")
-        return StepReport(name, skipped="not requested")
-
-    @property
-    def merged(self) -> int:
-        return self.step("merge").changed
-
-    @property
-    def reconciled(self) -> int:
-        return self.step("reconcile").changed
-
-    @property
-    def linked(self) -> int:
-        return self.step("link").changed
-
-    @property
-    def rescored(self) -> int:
-        return self.step("rescore").changed
-
-    @property
-    def abstracted(self) -> int:
-        return self.step("abstract").changed
-
-    @property
-    def pruned(self) -> int:
-        return self.step("prune").changed
 
 
 @dataclass(slots=True)
@@ -938,374 +772,3 @@ class Reflector:
         tally.changed = _count(result)
         tally.examined = tally.changed
         return tally
-
-
-# -- vectors and similarity ------------------------------------------------------------------------
-
-# A fixed, deliberately diverse probe set: the calibration of an embedder must not depend on the store.
-_PROBES = (
-    "The quarterly invoice was paid late because the bank holiday moved the transfer.",
-    "Remember to water the tomato plants on the balcony twice a week in summer.",
-    "The Kubernetes node pool ran out of memory after the nightly batch job started.",
-    "She prefers aisle seats on long flights and always books the earliest train.",
-    "Our customer in Lisbon asked for a discount if they sign a three-year contract.",
-    "The experiment showed that smaller learning rates reduce overfitting on the noisy set.",
-    "Grandma's birthday dinner is at the Italian restaurant near the river on Saturday.",
-    "A failing health check made the load balancer drop half of the web servers.",
-    "Chess openings that control the center early tend to give a lasting advantage.",
-    "The museum closes at six, but the rooftop café stays open until ten.",
-    "Password reset emails were delayed because the mail provider throttled us.",
-    "He learned to bake sourdough bread during the long winter months.",
-    "The contract renewal requires approval from legal before the end of March.",
-    "Heavy rain flooded the basement and ruined the old photo albums.",
-    "To rotate the API key, revoke the old one and update the secret in the vault.",
-    "The football match was postponed because the pitch was frozen.",
-    "Translate the onboarding guide into Spanish and German before launch.",
-    "The patient reported mild headaches after switching to the new medication.",
-    "Quantum computers use qubits that can represent several states at once.",
-    "Book a dentist appointment for next Tuesday morning.",
-    "The sales pipeline doubled after the webinar about data privacy.",
-    "A fox crossed the road just before dawn near the old farmhouse.",
-    "Replace the printer toner and order more paper for the office.",
-    "The hiking trail to the lake is closed until the bridge is repaired.",
-)
-_CALIBRATION: dict[str, tuple[float, Any]] = {}
-_CALIBRATION_LOCK = threading.Lock()
-
-
-def _calibration(embedder: Embedder) -> tuple[float, Any]:
-    """(mean pairwise cosine of the probes, their mean vector), once per embedder name."""
-    import numpy as np
-
-    with _CALIBRATION_LOCK:
-        found = _CALIBRATION.get(embedder.name)
-        if found is None:
-            probes = np.asarray(embedder.embed(list(_PROBES)), dtype=np.float32)
-            k = len(probes)
-            total = probes.sum(axis=0)
-            mean_cos = float((total @ total - float((probes * probes).sum())) / (k * (k - 1)))
-            found = _CALIBRATION[embedder.name] = (mean_cos, probes.mean(axis=0))
-        return found
-
-
-@dataclass(slots=True)
-class _Vectors:
-    """The scope's vectors, rows in (owner, created_at, n) order, unit length (zero rows stay zero)."""
-
-    ns: list[int]
-    owners: list[str]
-    types: list[str]
-    levels: list[int]
-    mat: npt.NDArray[np.float32]
-    note: str | None = None
-
-    def groups(self, key: Callable[[int], tuple[str, Any]]) -> list[list[int]]:
-        """Row indices grouped by `key`, each group in row order, groups in key order."""
-        out: dict[tuple[str, Any], list[int]] = {}
-        for r in range(len(self.ns)):
-            out.setdefault(key(r), []).append(r)
-        return [out[k] for k in sorted(out, key=lambda k: (k[0], str(k[1])))]
-
-
-def _load_vectors(
-    db: sqlite3.Connection, embedder: Embedder, pred: str, params: dict[str, Any], cfg: ReflectionConfig
-) -> _Vectors:
-    import numpy as np
-
-    dim = embedder.dim
-    width = 4 * dim
-    cur = db.execute(
-        "SELECT m.n, m.owner, m.type, m.confidentiality, v.vec FROM engram_memories m JOIN engram_vectors v ON v.n = m.n "  # noqa: S608
-        f"WHERE {pred} AND v.model = :r_model ORDER BY m.owner, m.created_at, m.n",
-        dict(params, r_model=embedder.name),
-    )
-    ns: list[int] = []
-    owners: list[str] = []
-    types: list[str] = []
-    levels: list[int] = []
-    mat = np.zeros((1024, dim), dtype=np.float32)
-    while rows := cur.fetchmany(4096):
-        blobs = []
-        for n, owner, mtype, level, vec in rows:
-            if len(vec) != width:  # a vector of another dimension: not comparable
-                continue
-            ns.append(int(n))
-            owners.append(owner)
-            types.append(mtype)
-            levels.append(int(level))
-            blobs.append(vec)
-        if blobs:
-            if len(ns) > len(mat):  # grow geometrically: one matrix, never a list of chunks to join
-                grown = np.zeros((max(len(ns), 2 * len(mat)), dim), dtype=np.float32)
-                grown[: len(ns) - len(blobs)] = mat[: len(ns) - len(blobs)]
-                mat = grown
-            mat[len(ns) - len(blobs) : len(ns)] = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(-1, dim)
-    mat = mat[: len(ns)]
-    vecs = _Vectors(ns, owners, types, levels, mat)
-    zero = _normalise(mat)
-    mean_cos, mean = _calibration(embedder)
-    center = cfg.center if cfg.center is not None else mean_cos > cfg.anisotropy_limit
-    if center and len(mat):
-        mat -= mean.astype(np.float32)
-        mat[zero] = 0.0  # a text without words stays without a direction
-        _normalise(mat)
-        vecs.note = f"vectors centred: {embedder.name} probes have mean pairwise cosine {mean_cos:.2f}"
-    return vecs
-
-
-def _normalise(mat: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
-    """Scale rows to unit length in place; the mask of all-zero rows."""
-    import numpy as np
-
-    norms = np.linalg.norm(mat, axis=1)
-    zero = norms < 1e-12
-    mat[~zero] /= norms[~zero, None]
-    return np.asarray(zero, dtype=np.bool_)
-
-
-@dataclass(frozen=True, slots=True)
-class _Pairs:
-    """Candidate pairs (a, b) of row indices, a before b in row order, by a then descending cosine."""
-
-    a: npt.NDArray[np.int64]
-    b: npt.NDArray[np.int64]
-    sims: npt.NDArray[np.float32]
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        return iter(zip(self.a.tolist(), self.b.tolist(), strict=True))
-
-    def with_sims(self) -> Iterator[tuple[int, int, float]]:
-        return iter(zip(self.a.tolist(), self.b.tolist(), self.sims.tolist(), strict=True))
-
-    def both_ways(self) -> Callable[[int], list[tuple[int, float]]]:
-        """row -> its candidates in either direction, most similar first (ties by row)."""
-        import numpy as np
-
-        src = np.concatenate([self.a, self.b])
-        dst = np.concatenate([self.b, self.a])
-        sim = np.concatenate([self.sims, self.sims])
-        order = np.lexsort((dst, -sim, src))
-        src, dst, sim = src[order], dst[order], sim[order]
-
-        def near(row: int) -> list[tuple[int, float]]:
-            lo, hi = np.searchsorted(src, row, "left"), np.searchsorted(src, row, "right")
-            return list(zip(dst[lo:hi].tolist(), sim[lo:hi].tolist(), strict=True))
-
-        return near
-
-
-def _pairs(
-    mat: npt.NDArray[np.float32],
-    rows: Sequence[int],
-    lo: float,
-    hi: float | None,
-    cfg: ReflectionConfig,
-    stop: Callable[[], bool],
-    *,
-    k: int | None = None,
-) -> _Pairs | None:
-    """Pairs of `rows` (row indices of `mat`) with lo ≤ cosine (< hi), at most `k` per earlier row.
-
-    Blockwise over the upper triangle: one block is at most `cfg.block_bytes` of float32, so a
-    100k-memory group needs ~64 MB beside its vectors. None when `stop` fired between blocks.
-    """
-    import numpy as np
-
-    k = cfg.candidates if k is None else k
-    idx = np.asarray(rows, dtype=np.int64)
-    empty = _Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
-    if len(idx) < 2:
-        return empty
-    group = mat[idx] if len(idx) != len(mat) else mat
-    n = len(group)
-    out_a, out_b, out_s = [], [], []
-    start = 0
-    while start < n:
-        width = n - start
-        height = max(1, min(width, cfg.block_bytes // (4 * width)))
-        sims = group[start : start + height] @ group[start:].T
-        sims[:, :height][np.tri(height, dtype=np.bool_)] = -np.inf  # only pairs (i, j) with j > i
-        # Sparse: only rows with a candidate are scanned, and the upper bound is applied to the survivors.
-        mask = sims >= lo
-        hot = np.flatnonzero(mask.any(axis=1))
-        r, c = np.nonzero(mask[hot])
-        del mask
-        if len(r):
-            r = hot[r]
-            vals = sims[r, c]
-            if hi is not None:
-                ok = vals < hi
-                r, c, vals = r[ok], c[ok], vals[ok]
-            order = np.lexsort((c, -vals, r))
-            r, c, vals = r[order], c[order], vals[order]
-            first = np.searchsorted(r, r, side="left")
-            keep = (np.arange(len(r)) - first) < k
-            out_a.append(r[keep] + start)
-            out_b.append(c[keep] + start)
-            out_s.append(vals[keep])
-        del sims  # before the next block is allocated: one block alive at a time
-        start += height
-        if stop():
-            return None
-    if not out_a:
-        return empty
-    a, b = np.concatenate(out_a), np.concatenate(out_b)
-    return _Pairs(idx[a], idx[b], np.concatenate(out_s).astype(np.float32))
-
-
-# -- small helpers ---------------------------------------------------------------------------------
-
-
-def _mergeable(a: Memory, b: Memory) -> bool:
-    """Same owner, tenant and type; the same status and validity (a merge must not change either)."""
-    return (
-        a.tenant == b.tenant
-        and a.owner == b.owner
-        and a.type is b.type
-        and a.status == b.status
-        and (a.valid_from, a.valid_to) == (b.valid_from, b.valid_to)
-    )
-
-
-def _text(m: Memory) -> str:
-    return f"{m.title}. {m.content}" if m.title else m.content
-
-
-def _union(*parts: Sequence[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(x for part in parts for x in part))
-
-
-def _times(blob: bytes | None) -> tuple[float, ...]:
-    from engramdb.memories.store import unpack_times
-
-    return unpack_times(blob)
-
-
-def _fold_accesses(keep: Memory, dup: Memory, ring_size: int) -> tuple[bytes, int, float | None, float | None]:
-    """Both access histories as one: the newest `ring_size` exactly, the rest in the older summary."""
-    times = sorted(keep.recent_accesses + dup.recent_accesses)
-    count = keep.older_count + dup.older_count
-    newest = [t for t in (keep.older_newest, dup.older_newest) if t is not None]
-    oldest = [t for t in (keep.older_oldest, dup.older_oldest) if t is not None]
-    while len(times) > ring_size:
-        t = times.pop(0)
-        count += 1
-        newest.append(t)
-        oldest.append(t)
-    return pack_times(times), count, max(newest) if newest else None, min(oldest) if oldest else None
-
-
-def _n_of(db: sqlite3.Connection, memory_id: str) -> int:
-    return int(db.execute("SELECT n FROM engram_memories WHERE id = ?", (memory_id,)).fetchone()[0])
-
-
-def _check_steps(steps: Sequence[str] | None) -> frozenset[str]:
-    if steps is None:
-        return frozenset(STEPS)
-    if isinstance(steps, str):
-        steps = (steps,)
-    unknown = [s for s in steps if s not in STEPS]
-    if unknown:
-        raise ValidationError(
-            f"unknown reflection step(s) {', '.join(map(repr, unknown))}; steps are {', '.join(STEPS)}"
-        )
-    return frozenset(steps)
-
-
-def _stopper(signal: StopSignal | None) -> Callable[[], bool]:
-    if signal is None:
-        return lambda: False
-    if isinstance(signal, threading.Event):
-        return signal.is_set
-    if callable(signal):
-        return lambda: bool(signal())
-    raise ValidationError("should_stop must be a threading.Event or a callable returning a bool")
-
-
-def _forgetting_prune() -> Callable[..., Any] | None:
-    """``engramdb.memories.forgetting.prune(agent, *, now, threshold, ...)`` when that module offers it."""
-    try:
-        module = importlib.import_module("engramdb.memories.forgetting")
-    except ModuleNotFoundError as exc:
-        if exc.name != "engramdb.memories.forgetting":
-            raise
-        return None
-    fn = getattr(module, "prune", None)
-    return fn if callable(fn) else None
-
-
-def _count(result: object) -> int:
-    if isinstance(result, bool):
-        return int(result)
-    if isinstance(result, int):
-        return result
-    for attr in ("pruned", "changed", "count"):
-        value = getattr(result, attr, None)
-        if value is not None and not callable(value):
-            return _count(value)
-    if isinstance(result, Sized):
-        return len(result)
-    return 0
-
-
-# -- one run per tenant ----------------------------------------------------------------------------
-
-if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-    import msvcrt
-
-    def _try_lock(fd: int) -> bool:
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-
-    def _unlock(fd: int) -> None:
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-
-else:
-    import fcntl
-
-    def _try_lock(fd: int) -> bool:
-        # flock locks belong to the open file description: a second open() of the file conflicts
-        # even within one process (so threads are covered), and the OS drops it when the process dies.
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-
-    def _unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def lock_path(db_path: Path, tenant: str) -> Path:
-    """The lock file of reflection runs on `tenant` in the database at `db_path`."""
-    digest = hashlib.blake2b(tenant.encode(), digest_size=8).hexdigest()
-    return db_path.with_name(f"{db_path.name}.reflect-{digest}.lock")
-
-
-@contextlib.contextmanager
-def _tenant_lock(db_path: Path, tenant: str, holder: str) -> Iterator[None]:
-    path = lock_path(db_path, tenant)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        if not _try_lock(fd):
-            try:
-                who = path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
-            except OSError:
-                who = "unknown"
-            raise TransactionError(
-                f"a reflection is already running on tenant {tenant!r} (held by {who}); "
-                "nothing was changed: run it again when that one has finished"
-            )
-        try:
-            if sys.platform != "win32":
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{holder} pid {os.getpid()}".encode())
-            yield
-        finally:
-            _unlock(fd)
-    finally:
-        os.close(fd)

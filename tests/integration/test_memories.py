@@ -299,3 +299,39 @@ def test_export_holds_what_the_agent_sees_and_nothing_else(eng: DynamicMemoryEng
         }
     ]
     assert hidden.id not in json.dumps(dump)
+
+
+def test_threads_remember_and_recall_at_once(eng: DynamicMemoryEngine) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer(name: str) -> None:
+        try:
+            a = eng.agent(name)
+            for i in range(120):
+                a.remember(f"{name} note {i} about the quarterly deploy", dedup=i % 2 == 0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            a = eng.agent("reader")
+            while not stop.is_set():
+                a.recall("quarterly deploy", k=5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(3)] + [
+        threading.Thread(target=reader) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads[:3]:
+        t.join()
+    stop.set()
+    for t in threads[3:]:
+        t.join()
+    assert errors == []
+    assert all(len(eng.agent(f"w{i}").memories()) == 120 for i in range(3))

@@ -44,7 +44,8 @@ class VectorChannel:
     def __init__(self, embedder: Embedder, index: VectorIndex | None = None) -> None:
         self.embedder = embedder
         self.index: VectorIndex = index if index is not None else ExactIndex(embedder.dim)
-        self._lock = threading.Lock()
+        # Re-entrant: search() and best_matches() hold it while they read arrays that refresh() grows.
+        self._lock = threading.RLock()
         self._seen = -1
         self._codes = _Codes()
         cap = 1024
@@ -137,56 +138,59 @@ class VectorChannel:
     ) -> dict[int, float]:
         """The `k` most similar visible memories, {n: cosine}, optionally of `types`, of exactly
         `owner`, and at or above `min_level` — every filter applied before the top-k."""
-        mask = self.mask(vis)
-        n = len(self.index)
-        if types:
-            codes = [self._types.find(t) for t in types]
-            mask &= (self._type[:n] == codes[0]) if len(codes) == 1 else np.isin(self._type[:n], codes)
-        if owner is not None:
-            mask &= self._owner[:n] == self._codes.find(owner)
-        if min_level is not None:
-            mask &= self._level[:n] >= min_level
-        keys, sims = self.index.search(query_vec, k, mask)
-        return dict(zip(keys.tolist(), sims.tolist(), strict=True))
+        with self._lock:
+            mask = self.mask(vis)
+            n = len(self.index)
+            if types:
+                codes = [self._types.find(t) for t in types]
+                mask &= (self._type[:n] == codes[0]) if len(codes) == 1 else np.isin(self._type[:n], codes)
+            if owner is not None:
+                mask &= self._owner[:n] == self._codes.find(owner)
+            if min_level is not None:
+                mask &= self._level[:n] >= min_level
+            keys, sims = self.index.search(query_vec, k, mask)
+            return dict(zip(keys.tolist(), sims.tolist(), strict=True))
 
     def best_matches(
         self, vecs: npt.NDArray[np.float32], vis: Visibility, filters: list[tuple[str, str, int]]
     ) -> list[tuple[int, float] | None]:
         """For each row of `vecs`, the most similar visible memory of the same (type, owner) at or
         above the level, as (n, cosine) — one matrix product for the whole batch."""
-        n = len(self.index)
-        if n == 0 or len(vecs) == 0:
-            return [None] * len(vecs)
-        base = self.mask(vis)
-        q = np.asarray(vecs, dtype=np.float32)
-        matrix = self.index.vectors_matrix()
-        # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small product, see
-        # ExactIndex.search); a real batch: BLAS, where its threads pay off.
-        sims = np.stack([np.einsum("nd,d->n", matrix, row) for row in q]) if len(q) <= 4 else q @ matrix.T
-        out: list[tuple[int, float] | None] = []
-        masks: dict[tuple[str, str, int], npt.NDArray[np.bool_]] = {}
-        keys = self.index.keys()
-        for i, f in enumerate(filters):
-            m = masks.get(f)
-            if m is None:
-                mtype, owner, level = f
-                m = masks[f] = (
-                    base
-                    & (self._type[:n] == self._types.find(mtype))
-                    & (self._owner[:n] == self._codes.find(owner))
-                    & (self._level[:n] >= level)
-                )
-            if not m.any():
-                out.append(None)
-                continue
-            row = np.where(m, sims[i], -np.inf)
-            j = int(np.argmax(row))
-            out.append((int(keys[j]), float(row[j])))
-        return out
+        with self._lock:
+            n = len(self.index)
+            if n == 0 or len(vecs) == 0:
+                return [None] * len(vecs)
+            base = self.mask(vis)
+            q = np.asarray(vecs, dtype=np.float32)
+            matrix = self.index.vectors_matrix()
+            # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small product, see
+            # ExactIndex.search); a real batch: BLAS, where its threads pay off.
+            sims = np.stack([np.einsum("nd,d->n", matrix, row) for row in q]) if len(q) <= 4 else q @ matrix.T
+            out: list[tuple[int, float] | None] = []
+            masks: dict[tuple[str, str, int], npt.NDArray[np.bool_]] = {}
+            keys = self.index.keys()
+            for i, f in enumerate(filters):
+                m = masks.get(f)
+                if m is None:
+                    mtype, owner, level = f
+                    m = masks[f] = (
+                        base
+                        & (self._type[:n] == self._types.find(mtype))
+                        & (self._owner[:n] == self._codes.find(owner))
+                        & (self._level[:n] >= level)
+                    )
+                if not m.any():
+                    out.append(None)
+                    continue
+                row = np.where(m, sims[i], -np.inf)
+                j = int(np.argmax(row))
+                out.append((int(keys[j]), float(row[j])))
+            return out
 
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:
         """Cosine of the query with each of `keys` (0 for memories without a vector)."""
-        if not keys:
-            return {}
-        vecs = self.index.vectors_of(np.asarray(keys, dtype=np.int64))
-        return dict(zip(keys, np.einsum("ij,j->i", vecs, query_vec).tolist(), strict=True))
+        with self._lock:
+            if not keys:
+                return {}
+            vecs = self.index.vectors_of(np.asarray(keys, dtype=np.int64))
+            return dict(zip(keys, np.einsum("ij,j->i", vecs, query_vec).tolist(), strict=True))

@@ -127,16 +127,7 @@ def run_nooa(items: list[corpus.MemorySpec], queries: list[corpus.QuerySpec], wo
         return {"skipped": reason}
     payload = {
         "data_dir": str(workdir / "nooa"),
-        "memories": [
-            {
-                "id": it.key,
-                "content": it.content,
-                "type": it.type,
-                "importance": it.importance,
-                "created_ts": it.created_at,
-            }
-            for it in items
-        ],
+        "memories": corpus.peer_memories(items),
         "queries": [{"id": str(i), "text": q.text} for i, q in enumerate(queries)],
         "k": 10,
         "hops": 1,

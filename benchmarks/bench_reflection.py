@@ -208,16 +208,7 @@ def run_nooa(items: list[corpus.MemorySpec], workdir: Path, vectors: str) -> dic
         return {"skipped": reason}
     payload = {
         "data_dir": str(workdir / "nooa"),
-        "memories": [
-            {
-                "id": it.key,
-                "content": it.content,
-                "type": it.type,
-                "importance": it.importance,
-                "created_ts": it.created_at,
-            }
-            for it in items
-        ],
+        "memories": corpus.peer_memories(items),
         "embedder": "vectors",
         "memory_vectors_npy": vectors,
         "add_mode": "store",

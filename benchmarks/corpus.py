@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 # ---------------------------------------------------------------------------------------------
 # Public records
@@ -1963,6 +1964,14 @@ def _render(pattern: _Pattern, vals: dict[str, str], alt: Callable[[str], str] |
 # ---------------------------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------------------------
+
+
+def peer_memories(items: Sequence[MemorySpec]) -> list[dict[str, Any]]:
+    """The memories as the peer runners take them (see docs/peers.md)."""
+    return [
+        {"id": it.key, "content": it.content, "type": it.type, "importance": it.importance, "created_ts": it.created_at}
+        for it in items
+    ]
 
 
 def generate(

@@ -51,6 +51,7 @@ from types import ModuleType
 from typing import Any
 
 from engramdb.errors import MissingExtra
+from engramdb.vectors.exact import ExactIndex
 
 try:
     import numpy as np
@@ -111,7 +112,7 @@ def auto_nprobe(nlist: int) -> int:
     return max(1, min(nlist, math.ceil(4 * math.sqrt(nlist))))
 
 
-class AnnIndex:
+class AnnIndex(ExactIndex):
     """A `VectorIndex` that answers large searches from a faiss IVF index (see the module docstring).
 
     Args:
@@ -160,7 +161,7 @@ class AnnIndex:
             raise ValueError(f"rebuild_growth must be 0 (off) or greater than 1, got {rebuild_growth}")
         if exact_rows < 0:
             raise ValueError(f"exact_rows must not be negative, got {exact_rows}")
-        self._dim = dim
+        super().__init__(dim, max(1, capacity))
         self._nlist_setting = nlist
         self._nprobe_setting = nprobe
         self._rerank = rerank
@@ -168,47 +169,13 @@ class AnnIndex:
         self._rebuild_growth = rebuild_growth
         self._exact_rows = exact_rows
         self._seed = seed
-        capacity = max(1, capacity)
-        self._vecs: npt.NDArray[np.float32] = np.zeros((capacity, dim), dtype=np.float32)
-        self._keys: npt.NDArray[np.int64] = np.zeros(capacity, dtype=np.int64)
-        self._rows: dict[int, int] = {}
-        self._n = 0
         self._ivf: Any = None  # faiss.IndexIVFScalarQuantizer once trained; ids are rows
         self._built_at = 0  # rows when the IVF was last built
         self._nlist = 0
 
     # ----------------------------------------------------------------------------------------
-    # The VectorIndex protocol
+    # The VectorIndex protocol (storage, keys, row_of, vectors_of, vectors_matrix: from ExactIndex)
     # ----------------------------------------------------------------------------------------
-
-    @property
-    def dim(self) -> int:
-        """Vector dimension."""
-        return self._dim
-
-    def __len__(self) -> int:
-        return self._n
-
-    def vectors_matrix(self) -> npt.NDArray[np.float32]:
-        """The stored float32 vectors, one row per key in `keys()` order (a view, not a copy)."""
-        return self._vecs[: self._n]
-
-    def keys(self) -> npt.NDArray[np.int64]:
-        """Every key in row order, the order `allowed` masks refer to (a view; do not modify)."""
-        return self._keys[: self._n]
-
-    def row_of(self, key: int) -> int | None:
-        """The row (position in `keys()`) of `key`, or None."""
-        return self._rows.get(key)
-
-    def vectors_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        """The stored vectors of `keys` (zeros for unknown keys)."""
-        out = np.zeros((len(keys), self._dim), dtype=np.float32)
-        for i, key in enumerate(np.asarray(keys).tolist()):
-            row = self._rows.get(key)
-            if row is not None:
-                out[i] = self._vecs[row]
-        return out
 
     def upsert(self, keys: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
         """Add or replace the vectors of `keys` (a key repeated in one call keeps its last vector).
@@ -449,17 +416,6 @@ class AnnIndex:
     # ----------------------------------------------------------------------------------------
     # Internals
     # ----------------------------------------------------------------------------------------
-
-    def _grow(self, need: int) -> None:
-        cap = len(self._keys)
-        if need <= cap:
-            return
-        new = max(need, cap * 2)
-        vecs = np.zeros((new, self._dim), dtype=np.float32)
-        vecs[: self._n] = self._vecs[: self._n]
-        keys = np.zeros(new, dtype=np.int64)
-        keys[: self._n] = self._keys[: self._n]
-        self._vecs, self._keys = vecs, keys
 
     def _candidates(
         self, q: npt.NDArray[np.float32], wanted: int, mask: npt.NDArray[np.bool_] | None, count: int

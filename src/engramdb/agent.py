@@ -37,10 +37,6 @@ from engramdb.memories.store import (
     access_records,
     append_stream,
     content_hash,
-    fts_delete,
-    fts_insert,
-    fts_insert_many,
-    fts_table,
     log_accesses,
     next_change,
     pack_times,
@@ -326,12 +322,10 @@ class Agent(AgentExtras):
         with self.engine.store.atomic(conn), translate(conn):
             db = conn.raw
             change = next_change(db)
-            fts = fts_table(db, self.tenant, create=True) or ""
             # Keys are assigned here, under the write lock this transaction holds, so rows, index
             # entries and vectors go in with one executemany each instead of three calls per memory.
             base = int(db.execute("SELECT coalesce(max(n), 0) FROM engram_memories").fetchone()[0])
             rows: list[tuple[Any, ...]] = []
-            texts: list[tuple[int, str, str, str]] = []
             vecs: list[tuple[int, str, bytes]] = []
             for i, p in enumerate(prepared):
                 n = base + 1 + i
@@ -355,7 +349,6 @@ class Agent(AgentExtras):
                         change,
                     )
                 )  # fmt: skip
-                texts.append((n, memory.title, memory.content, " ".join(memory.tags)))
                 if vectors is not None and embedder is not None:
                     vecs.append((n, embedder.name, vectors[i].tobytes()))
                 out.append(memory)
@@ -367,7 +360,6 @@ class Agent(AgentExtras):
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
-            fts_insert_many(db, fts, texts)
             if vecs:
                 db.executemany("INSERT INTO engram_vectors VALUES (?, ?, ?)", vecs)
             append_stream(
@@ -443,7 +435,6 @@ class Agent(AgentExtras):
         new_content = current.content if content is None else mm.check_content(content)
         new_title = current.title if title is None else title
         new_tags = current.tags if tags is None else mm.check_labels("tags", tags)
-        text_changed = new_content != current.content or new_title != current.title or new_tags != current.tags
         embedder = self.engine.memory_embedder
         vec = None
         if embedder is not None and (new_content != current.content or new_title != current.title):
@@ -459,9 +450,6 @@ class Agent(AgentExtras):
                     (n, current.version, current.title, current.content, now, self.agent_id),
                 )
                 version += 1
-            if text_changed:
-                fts_delete(db, n, current.title, current.content, " ".join(current.tags), tenant=self.tenant)
-                fts_insert(db, n, new_title, new_content, " ".join(new_tags), tenant=self.tenant)
             db.execute(
                 "UPDATE engram_memories SET content = ?, title = ?, tags = ?, importance = ?, salience = ?, confidence = ?, "
                 "status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, terms = ?, changed = ?, "
@@ -554,7 +542,6 @@ class Agent(AgentExtras):
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (stone.memory_id, stone.tenant, stone.owner, stone.content_hash, stone.forgotten_by, now, reason),
             )
-            fts_delete(db, n, memory.title, memory.content, " ".join(memory.tags), tenant=self.tenant)
             db.execute("DELETE FROM engram_edges WHERE src = ? OR dst = ?", (n, n))
             db.execute("DELETE FROM engram_vectors WHERE n = ?", (n,))
             db.execute("DELETE FROM engram_versions WHERE n = ?", (n,))

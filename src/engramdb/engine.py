@@ -142,7 +142,9 @@ class DynamicMemoryEngine:
                     from engramdb.retrieval.vector_channel import VectorChannel
 
                     channel = VectorChannel(embedder, self._make_index(embedder.dim))
-                recaller = Recaller(self._store, self.clock, self.scoring, embedder, channel)
+                from engramdb.retrieval.lexical_channel import LexicalChannel
+
+                recaller = Recaller(self._store, self.clock, self.scoring, embedder, channel, LexicalChannel())
                 recaller.annotate = lambda m, now: with_lifecycle(m, now, self.forgetting)
                 self._memory_parts = (embedder, channel, recaller)
             return self._memory_parts

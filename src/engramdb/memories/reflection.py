@@ -105,8 +105,6 @@ from engramdb.memories.store import (
     Touch,
     Visibility,
     append_stream,
-    fts_delete,
-    fts_insert,
     next_change,
     row_to_memory,
     says_nothing_new,
@@ -387,9 +385,6 @@ class Reflector:
         refs = keep.refs + tuple(r for r in dup.refs if (r.kind, r.key) not in {(x.kind, x.key) for x in keep.refs})
         lasts = [t for t in (keep.last_access, dup.last_access) if t is not None]
         change = next_change(db)
-        if tags != keep.tags:
-            fts_delete(db, keep_n, keep.title, keep.content, " ".join(keep.tags))
-            fts_insert(db, keep_n, keep.title, keep.content, " ".join(tags))
         db.execute(
             "UPDATE engram_memories SET importance = ?, salience = ?, confidence = ?, strength = ?, access_count = ?, "
             "ring = ?, old_count = ?, old_newest = ?, old_oldest = ?, last_access = ?, confidentiality = ?, tags = ?, "

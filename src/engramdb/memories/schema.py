@@ -6,8 +6,8 @@
   ``ring`` holds the most recent deliberate access times (float64, little-endian) and
   ``old_count / old_newest / old_oldest`` summarise the older ones for Petrov's approximation;
   ``changed`` is a write sequence so in-memory caches refresh only what changed.
-- ``engram_fts``: FTS5 over title, content and tags (external content, kept in step by the store in
-  the same transaction; triggers cannot drive FTS5 under ``trusted_schema=OFF``).
+- lexical search reads ``terms`` through an in-memory index (retrieval/lexical_channel.py); the
+  FTS5 indexes of migrations 4 and 6 are dropped by migration 7.
 - ``engram_vectors``: each memory's embedding (the truth; search matrices are caches).
 - ``engram_edges``: typed, weighted edges; ``engram_access``: the full access stream;
   ``engram_recalls``: one row per recall, for ``explain(recall_id)``; ``engram_versions``: earlier
@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from engramdb.memories.store import FTS_SPEC
 from engramdb.storage.migrations import Migration, register
+
+# The FTS5 index of migrations 4 and 6 (dropped by 7; the spec is kept so old files replay).
+FTS_SPEC = "fts5(title, content, tags, content='engram_memories', content_rowid='n', tokenize='porter unicode61 remove_diacritics 2')"
 
 _DDL = [
     """CREATE TABLE engram_memories (
@@ -136,3 +138,15 @@ def _m0006_fts_per_tenant(db: sqlite3.Connection) -> None:
 
 
 register(Migration(6, "fts_per_tenant", _m0006_fts_per_tenant))
+
+
+def _m0007_drop_fts(db: sqlite3.Connection) -> None:
+    # Lexical candidates come from an in-memory BM25 index over `terms` (retrieval/lexical_channel.py):
+    # FTS5's OR query scores every matching row (no top-k pruning; 15.5 ms p50 at 100k memories,
+    # linear beyond), and keeping it in step cost a third of each write and of the file.
+    for (tbl,) in db.execute("SELECT tbl FROM engram_fts_tenants ORDER BY code").fetchall():
+        db.execute(f"DROP TABLE {tbl}")
+    db.execute("DROP TABLE engram_fts_tenants")
+
+
+register(Migration(7, "drop_fts", _m0007_drop_fts))

@@ -171,65 +171,6 @@ def current_change(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT value FROM engram_counters WHERE name = 'memories'").fetchone()[0])
 
 
-FTS_SPEC = "fts5(title, content, tags, content='engram_memories', content_rowid='n', tokenize='porter unicode61 remove_diacritics 2')"
-
-
-def fts_table(db: sqlite3.Connection, tenant: str, *, create: bool = False) -> str | None:
-    """The full-text index of `tenant` (made on first write when `create`).
-
-    One index per tenant, because BM25's statistics (document count, term frequencies, average
-    length) are per index: with one shared index, another tenant's writes would move the scores
-    a tenant is shown and which memories make its candidate cut.
-    """
-    row = db.execute("SELECT tbl FROM engram_fts_tenants WHERE tenant = ?", (tenant,)).fetchone()
-    if row is not None:
-        return str(row[0])
-    if not create:
-        return None
-    code = int(db.execute("SELECT coalesce(max(code), 0) + 1 FROM engram_fts_tenants").fetchone()[0])
-    tbl = f"engram_fts_{code}"
-    db.execute(f"CREATE VIRTUAL TABLE {tbl} USING {FTS_SPEC}")
-    db.execute("INSERT INTO engram_fts_tenants VALUES (?, ?, ?)", (tenant, code, tbl))
-    return tbl
-
-
-def _tenant_of(db: sqlite3.Connection, n: int) -> str:
-    return str(db.execute("SELECT tenant FROM engram_memories WHERE n = ?", (n,)).fetchone()[0])
-
-
-def fts_insert(
-    db: sqlite3.Connection,
-    n: int,
-    title: str,
-    content: str,
-    tags: str,
-    *,
-    tenant: str | None = None,
-    table: str | None = None,
-) -> None:
-    """Index memory `n` in its tenant's full-text index (same transaction as the write); pass the
-    tenant's `table` (from `fts_table`) when indexing many memories at once."""
-    tbl = table or fts_table(db, tenant if tenant is not None else _tenant_of(db, n), create=True)
-    db.execute(f"INSERT INTO {tbl} (rowid, title, content, tags) VALUES (?, ?, ?, ?)", (n, title, content, tags))  # noqa: S608 - engine table name
-
-
-def fts_insert_many(db: sqlite3.Connection, table: str, rows: Sequence[tuple[int, str, str, str]]) -> None:
-    """Index many memories of one tenant: rows of (n, title, content, tags text)."""
-    db.executemany(f"INSERT INTO {table} (rowid, title, content, tags) VALUES (?, ?, ?, ?)", rows)  # noqa: S608 - engine table name
-
-
-def fts_delete(
-    db: sqlite3.Connection, n: int, title: str, content: str, tags: str, *, tenant: str | None = None
-) -> None:
-    """Remove memory `n` from its tenant's index; the values must be the ones it was indexed with."""
-    tbl = fts_table(db, tenant if tenant is not None else _tenant_of(db, n))
-    if tbl is not None:
-        db.execute(
-            f"INSERT INTO {tbl} ({tbl}, rowid, title, content, tags) VALUES ('delete', ?, ?, ?, ?)",  # noqa: S608 - engine table name
-            (n, title, content, tags),
-        )
-
-
 @dataclass(frozen=True, slots=True)
 class Touch:
     """One access to log: which memory, how, and (for recalls) its rank and components."""

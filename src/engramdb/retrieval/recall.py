@@ -2,7 +2,7 @@
 
 ::
 
-    query ─► candidates  FTS5 BM25 ∪ vector kNN, each restricted to visible memories before ranking
+    query ─► candidates  BM25 ∪ vector kNN, each restricted to visible memories before ranking
           ─► features    cos, cue overlap, base-level recency, importance
           ─► normalise   min-max over the candidates; S_base = a_rel·rel + a_rec·rec + a_imp·imp
           ─► spread      from the top seeds over typed edges; only visible nodes receive or relay
@@ -25,7 +25,6 @@ from engramdb.memories.store import (
     MEMORY_COLUMNS,
     Touch,
     Visibility,
-    fts_table,
     log_accesses,
     row_to_memory,
     unpack_times,
@@ -35,6 +34,7 @@ from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Sour
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
+    from engramdb.retrieval.lexical_channel import LexicalChannel
     from engramdb.retrieval.vector_channel import VectorChannel
     from engramdb.storage.sqlite import SqliteStore
 
@@ -77,11 +77,6 @@ class _Cand:
         return Components(self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25)
 
 
-def fts_query(kws: Sequence[str]) -> str:
-    """An FTS5 query matching any of the keywords (each quoted, so no FTS syntax gets through)."""
-    return " OR ".join('"' + k.replace('"', '""') + '"' for k in kws)
-
-
 class Recaller:
     """Runs recalls for the engine; stateless apart from the shared caches it is given."""
 
@@ -92,36 +87,14 @@ class Recaller:
         config: scoring.ScoringConfig,
         embedder: Embedder | None,
         channel: VectorChannel | None,
+        lexical: LexicalChannel,
     ) -> None:
         self.store, self.clock, self.config = store, clock, config
-        self.embedder, self.channel = embedder, channel
+        self.embedder, self.channel, self.lexical = embedder, channel, lexical
         #: adds read-time fields (retention, prune time) to each memory shown; set by the engine
         self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
 
     # -- candidates ---------------------------------------------------------------------------
-
-    def _lexical(
-        self, db: sqlite3.Connection, kws: list[str], vis: Visibility, types: frozenset[str] | None, limit: int
-    ) -> dict[int, float]:
-        if not kws:
-            return {}
-        pred, params = vis.sql("m")
-        named: dict[str, Any] = dict(params, q=fts_query(kws), lim=limit)
-        type_sql = ""
-        if types:
-            named.update({f"t{i}": t for i, t in enumerate(sorted(types))})
-            type_sql = " AND m.type IN (" + ",".join(f":t{i}" for i in range(len(types))) + ")"
-        fts = fts_table(db, vis.tenant)
-        if fts is None:
-            return {}  # the tenant has no memories yet
-        # Visibility sits inside the query, before ORDER BY … LIMIT: nothing invisible is ranked.
-        sql = (
-            # CROSS JOIN keeps the FTS match as the outer loop (SQLite never reorders it).
-            f"SELECT m.n, -bm25({fts}) FROM {fts} CROSS JOIN engram_memories m INDEXED BY engram_memories_cover "  # noqa: S608 - engine-built fragments, values bound
-            f"ON m.n = {fts}.rowid "
-            f"WHERE {fts} MATCH :q AND {pred}{type_sql} ORDER BY bm25({fts}) LIMIT :lim"
-        )
-        return {int(n): float(score) for n, score in db.execute(sql, named)}
 
     def _candidates(
         self, db: sqlite3.Connection, ns: Sequence[int], vis: Visibility, types: frozenset[str] | None
@@ -222,7 +195,9 @@ class Recaller:
         type_names = frozenset(t.value for t in types) if types else None
         conn = self.store.connection("engine")
         db = conn.raw
-        lexical = self._lexical(db, kws, vis, type_names, cfg.candidates)
+        qstems = frozenset(stem(w) for w in kws)
+        self.lexical.refresh(db)
+        lexical = self.lexical.search([stem(w) for w in kws], cfg.candidates, vis, types=type_names)
         vector: dict[int, float] = {}
         qvec = None
         if self.channel is not None and self.embedder is not None:
@@ -232,7 +207,6 @@ class Recaller:
         cands = self._candidates(db, list(dict.fromkeys([*lexical, *vector])), vis, type_names)
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
-        qstems = frozenset(stem(w) for w in kws)
         self._features(list(cands.values()), qvec, vector, qstems, now)
         bounds = self._normalise(list(cands.values()))
         # Spread from the best seeds; activation is the base score scaled to [0, 1].

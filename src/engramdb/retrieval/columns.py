@@ -1,0 +1,155 @@
+"""Visibility attributes of cached memories as arrays, so a reader's visible set is one vector mask.
+
+Both in-memory candidate channels (lexical and vector) keep these columns beside their index and
+mask with `Visibility`'s predicate *before* anything is ranked; `mask` is the array form of
+`Visibility.sql` and the two must stay the same rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from engramdb.memories.store import Visibility
+
+
+class Codes:
+    """Small integer codes for strings (tenants, owners, types), so masks are integer comparisons."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {"": 0}
+
+    def get(self, value: str) -> int:
+        code = self._codes.get(value)
+        if code is None:
+            code = self._codes[value] = len(self._codes)
+        return code
+
+    def find(self, value: str) -> int:
+        return self._codes.get(value, -1)
+
+
+class VisibilityColumns:
+    """tenant, owner, confidentiality, archived, validity and type of each cached row."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        #: bumped by every `set`; the cached masks are only valid for the version they were made at
+        self.version = 0
+        self._masks: dict[tuple[object, ...], npt.NDArray[np.bool_]] = {}
+        self._bounded: npt.NDArray[np.intp] | None = None
+        self.codes = Codes()  # tenants and owners
+        self.types = Codes()
+        self.tenant = np.zeros(capacity, dtype=np.int32)
+        self.owner = np.zeros(capacity, dtype=np.int32)
+        self.level = np.zeros(capacity, dtype=np.int8)
+        # A row never set (a gap in the keys) is archived, so it is never visible.
+        self.archived = np.ones(capacity, dtype=np.bool_)
+        self.vfrom = np.full(capacity, np.nan)
+        self.vto = np.full(capacity, np.nan)
+        self.type = np.zeros(capacity, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self.tenant)
+
+    def grow(self, need: int) -> None:
+        cap = len(self.tenant)
+        if need <= cap:
+            return
+        new = max(need, cap * 2)
+
+        def grown(a: npt.NDArray[np.generic], fill: float) -> npt.NDArray[np.generic]:
+            out = np.full(new, fill, dtype=a.dtype)
+            out[:cap] = a
+            return out
+
+        self.tenant, self.owner = grown(self.tenant, 0), grown(self.owner, 0)  # type: ignore[assignment]
+        self.level, self.archived = grown(self.level, 0), grown(self.archived, 1)  # type: ignore[assignment]
+        self.vfrom, self.vto = grown(self.vfrom, np.nan), grown(self.vto, np.nan)
+        self.type = grown(self.type, 0)  # type: ignore[assignment]
+
+    def set(
+        self,
+        row: int,
+        tenant: str,
+        owner: str,
+        level: int,
+        archived: bool,
+        valid_from: float | None,
+        valid_to: float | None,
+        mtype: str,
+    ) -> None:
+        self.tenant[row] = self.codes.get(tenant)
+        self.owner[row] = self.codes.get(owner)
+        self.level[row] = level
+        self.archived[row] = archived
+        self.vfrom[row] = math.nan if valid_from is None else valid_from
+        self.vto[row] = math.nan if valid_to is None else valid_to
+        self.type[row] = self.types.get(mtype)
+        self.version += 1
+
+    def hide(self, row: int) -> None:
+        """Make `row` invisible to every reader (its memory lost its text or vector)."""
+        self.archived[row] = True
+        self.version += 1
+
+    def visible(self, vis: Visibility, n: int, types: Iterable[str] | None = None) -> npt.NDArray[np.bool_]:
+        """`mask`, cached: the mask without `as_of` is kept per reader until a row changes, and the
+        validity test is then applied only to the rows that have validity bounds (few, usually).
+        Returns a fresh array the caller may change."""
+        tkey = tuple(sorted(types)) if types is not None else None
+        key = (self.version, n, vis.tenant, vis.reader, int(vis.cap), vis.cross_agent, vis.include_archived, tkey)
+        base = self._masks.get(key)
+        if base is None:
+            if len(self._masks) >= 16 or any(k[0] != self.version or k[1] != n for k in self._masks):
+                self._masks.clear()
+                self._bounded = None
+            base = self._masks[key] = self.mask(
+                Visibility(vis.tenant, vis.reader, vis.cap, None, vis.cross_agent, vis.include_archived), n, types
+            )
+        m = base.copy()
+        if vis.as_of is not None:
+            if self._bounded is None:
+                self._bounded = np.flatnonzero(~np.isnan(self.vfrom[:n]) | ~np.isnan(self.vto[:n]))
+            rows = self._bounded
+            if len(rows):
+                vf, vt = self.vfrom[rows], self.vto[rows]
+                with np.errstate(invalid="ignore"):
+                    valid = (np.isnan(vf) | (vf <= vis.as_of)) & (np.isnan(vt) | (vt > vis.as_of))
+                m[rows[~valid]] = False
+        return m
+
+    def set_many(self, rows: npt.NDArray[np.int64], values: Sequence[Sequence[Any]]) -> None:
+        """`set` for many rows at once: `values` are (tenant, owner, level, archived, valid_from,
+        valid_to, type) tuples in the order of `rows`."""
+        if not len(rows):
+            return
+        tenant, owner, level, archived, vfrom, vto, mtype = zip(*values, strict=True)
+        get, tget = self.codes.get, self.types.get
+        self.tenant[rows] = [get(t) for t in tenant]
+        self.owner[rows] = [get(o) for o in owner]
+        self.level[rows] = level
+        self.archived[rows] = [bool(a) for a in archived]
+        self.vfrom[rows] = [math.nan if v is None else v for v in vfrom]
+        self.vto[rows] = [math.nan if v is None else v for v in vto]
+        self.type[rows] = [tget(t) for t in mtype]
+        self.version += 1
+
+    def mask(self, vis: Visibility, n: int, types: Iterable[str] | None = None) -> npt.NDArray[np.bool_]:
+        """Rows [0, n) that `vis` may see (and of `types`, when given): `Visibility.sql` as arrays."""
+        m = (self.tenant[:n] == self.codes.find(vis.tenant)) & (self.level[:n] <= int(vis.cap))
+        if not vis.cross_agent:
+            m &= (self.owner[:n] == 0) | (self.owner[:n] == self.codes.find(vis.reader))
+        if not vis.include_archived:
+            m &= ~self.archived[:n]
+        if vis.as_of is not None:
+            vf, vt = self.vfrom[:n], self.vto[:n]
+            with np.errstate(invalid="ignore"):
+                m &= (np.isnan(vf) | (vf <= vis.as_of)) & (np.isnan(vt) | (vt > vis.as_of))
+        if types is not None:
+            codes = [self.types.find(t) for t in types]
+            m &= (self.type[:n] == codes[0]) if len(codes) == 1 else np.isin(self.type[:n], codes)
+        return np.asarray(m, dtype=np.bool_)

@@ -8,34 +8,17 @@ what other threads and processes have committed.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import threading
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from engramdb.embeddings.base import Embedder
 from engramdb.memories.store import Visibility, current_change
+from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.vectors.base import VectorIndex
 from engramdb.vectors.exact import ExactIndex
-
-
-class _Codes:
-    """Small integer codes for tenant and owner strings, so masks are vector comparisons."""
-
-    def __init__(self) -> None:
-        self._codes: dict[str, int] = {"": 0}
-
-    def get(self, value: str) -> int:
-        code = self._codes.get(value)
-        if code is None:
-            code = self._codes[value] = len(self._codes)
-        return code
-
-    def find(self, value: str) -> int:
-        return self._codes.get(value, -1)
 
 
 class VectorChannel:
@@ -47,32 +30,7 @@ class VectorChannel:
         # Re-entrant: search() and best_matches() hold it while they read arrays that refresh() grows.
         self._lock = threading.RLock()
         self._seen = -1
-        self._codes = _Codes()
-        cap = 1024
-        self._tenant = np.zeros(cap, dtype=np.int32)
-        self._owner = np.zeros(cap, dtype=np.int32)
-        self._level = np.zeros(cap, dtype=np.int8)
-        self._archived = np.zeros(cap, dtype=np.bool_)
-        self._vfrom = np.full(cap, np.nan)
-        self._vto = np.full(cap, np.nan)
-        self._type = np.zeros(cap, dtype=np.int32)
-        self._types = _Codes()
-
-    def _grow(self, need: int) -> None:
-        cap = len(self._tenant)
-        if need <= cap:
-            return
-        new = max(need, cap * 2)
-
-        def grown(a: Any, fill: float) -> Any:
-            out = np.full(new, fill, dtype=a.dtype)
-            out[:cap] = a
-            return out
-
-        self._tenant, self._owner = grown(self._tenant, 0), grown(self._owner, 0)
-        self._level, self._archived = grown(self._level, 0), grown(self._archived, 0)
-        self._vfrom, self._vto = grown(self._vfrom, np.nan), grown(self._vto, np.nan)
-        self._type = grown(self._type, 0)
+        self.cols = VisibilityColumns()
 
     def refresh(self, db: sqlite3.Connection) -> None:
         """Load whatever changed since the last refresh (cheap when nothing did)."""
@@ -93,38 +51,19 @@ class VectorChannel:
             for n in gone:
                 row = self.index.row_of(n)
                 if row is not None:
-                    self._archived[row] = True
+                    self.cols.hide(row)
             if rows:
                 keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
                 vecs = np.frombuffer(b"".join(r[7] for r in rows), dtype=np.float32).reshape(len(rows), self.index.dim)
                 self.index.upsert(keys, vecs)
-                self._grow(len(self.index))
-                for n, tenant, owner, level, archived, vfrom, vto, _, mtype in rows:
-                    row = self.index.row_of(n)
-                    assert row is not None
-                    self._tenant[row] = self._codes.get(tenant)
-                    self._owner[row] = self._codes.get(owner)
-                    self._level[row] = level
-                    self._archived[row] = bool(archived)
-                    self._vfrom[row] = math.nan if vfrom is None else vfrom
-                    self._vto[row] = math.nan if vto is None else vto
-                    self._type[row] = self._types.get(mtype)
+                self.cols.grow(len(self.index))
+                rows_of = np.fromiter((self.index.row_of(r[0]) for r in rows), dtype=np.int64, count=len(rows))
+                self.cols.set_many(rows_of, [(*r[1:7], r[8]) for r in rows])
             self._seen = latest
 
     def mask(self, vis: Visibility) -> npt.NDArray[np.bool_]:
-        """The same predicate as `Visibility.sql`, over the cached attributes."""
-        n = len(self.index)
-        tenant = self._codes.find(vis.tenant)
-        m = (self._tenant[:n] == tenant) & (self._level[:n] <= int(vis.cap))
-        if not vis.cross_agent:
-            m &= (self._owner[:n] == 0) | (self._owner[:n] == self._codes.find(vis.reader))
-        if not vis.include_archived:
-            m &= ~self._archived[:n]
-        if vis.as_of is not None:
-            vf, vt = self._vfrom[:n], self._vto[:n]
-            with np.errstate(invalid="ignore"):
-                m &= (np.isnan(vf) | (vf <= vis.as_of)) & (np.isnan(vt) | (vt > vis.as_of))
-        return np.asarray(m, dtype=np.bool_)
+        """The same predicate as `Visibility.sql`, over the cached attributes (a fresh array)."""
+        return self.cols.visible(vis, len(self.index))
 
     def search(
         self,
@@ -139,15 +78,12 @@ class VectorChannel:
         """The `k` most similar visible memories, {n: cosine}, optionally of `types`, of exactly
         `owner`, and at or above `min_level` — every filter applied before the top-k."""
         with self._lock:
-            mask = self.mask(vis)
             n = len(self.index)
-            if types:
-                codes = [self._types.find(t) for t in types]
-                mask &= (self._type[:n] == codes[0]) if len(codes) == 1 else np.isin(self._type[:n], codes)
+            mask = self.cols.visible(vis, n, types or None)
             if owner is not None:
-                mask &= self._owner[:n] == self._codes.find(owner)
+                mask &= self.cols.owner[:n] == self.cols.codes.find(owner)
             if min_level is not None:
-                mask &= self._level[:n] >= min_level
+                mask &= self.cols.level[:n] >= min_level
             keys, sims = self.index.search(query_vec, k, mask)
             return dict(zip(keys.tolist(), sims.tolist(), strict=True))
 
@@ -175,9 +111,9 @@ class VectorChannel:
                     mtype, owner, level = f
                     m = masks[f] = (
                         base
-                        & (self._type[:n] == self._types.find(mtype))
-                        & (self._owner[:n] == self._codes.find(owner))
-                        & (self._level[:n] >= level)
+                        & (self.cols.type[:n] == self.cols.types.find(mtype))
+                        & (self.cols.owner[:n] == self.cols.codes.find(owner))
+                        & (self.cols.level[:n] >= level)
                     )
                 if not m.any():
                     out.append(None)

@@ -62,6 +62,7 @@ class _Cand:
     score: float = 0.0
     raw_rec: float = 0.0
     memory: Memory | None = None
+    name: tuple[str, str] | None = None  # (id, title) of a near miss, which is not read in full
 
     @property
     def source(self) -> Source:
@@ -133,6 +134,14 @@ class Recaller:
             for row in db.execute(sql, dict(params, **{f"n{i}": n for i, n in enumerate(chunk)})):
                 out[int(row[0])] = row_to_memory(row)
         return out
+
+    def _names(self, db: sqlite3.Connection, ns: list[int]) -> dict[int, tuple[str, str]]:
+        """(id, title) of each of `ns` (already known visible: they are ranked candidates)."""
+        if not ns:
+            return {}
+        marks = ",".join("?" * len(ns))
+        sql = f"SELECT n, id, title FROM engram_memories WHERE n IN ({marks})"  # noqa: S608 - placeholders only
+        return {int(n): (str(mid), str(title)) for n, mid, title in db.execute(sql, ns)}
 
     def _contradictions(self, db: sqlite3.Connection, ns: list[int], vis: Visibility) -> dict[int, tuple[str, ...]]:
         """'contradicted by …' notes for hits with a visible `contradicts` edge, either way round."""
@@ -226,10 +235,13 @@ class Recaller:
             c.score = c.base + cfg.gamma * c.spread
         ranked = sorted(cands.values(), key=lambda c: (-c.score, c.n))
         top, near = ranked[:k], ranked[k : k + NEAR_MISSES]
-        # Only the memories shown (and the near misses named by explain) are read in full.
-        full = self._fetch(db, [c.n for c in (*top, *near)], vis)
-        for c in (*top, *near):
+        # Only the memories shown are read in full; explain names the near misses by id and title.
+        full = self._fetch(db, [c.n for c in top], vis)
+        for c in top:
             c.memory = full[c.n]
+        names = self._names(db, [c.n for c in near])
+        for c in near:
+            c.name = names[c.n]
         recall_id = None if dry_run else "rc_" + secrets.token_hex(8)
         notes = self._contradictions(db, [c.n for c in top], vis)
         hits = tuple(
@@ -352,8 +364,8 @@ def _memory(c: _Cand) -> Memory:
 
 
 def _explained(c: _Cand, rank: int, selected: bool) -> Explained:
-    m = _memory(c)
-    return Explained(m.id, m.title, rank, c.score, c.components(), c.source, selected)
+    mid, title = (c.memory.id, c.memory.title) if c.memory is not None else c.name or ("", "")
+    return Explained(mid, title, rank, c.score, c.components(), c.source, selected)
 
 
 def _explained_json(e: Explained) -> dict[str, Any]:

@@ -265,11 +265,23 @@ class Agent(AgentExtras):
 
     def _refuse_forgotten(self, db: sqlite3.Connection, prepared: list[dict[str, Any]]) -> None:
         for p in prepared:
-            row = db.execute(
-                "SELECT memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason FROM engram_tombstones "
-                "WHERE tenant = ? AND owner = ? AND content_hash = ? ORDER BY id DESC LIMIT 1",
-                (self.tenant, p["owner"], content_hash(p["content"])),
-            ).fetchone()
+            p["hash"] = content_hash(p["content"])
+        owners = sorted({p["owner"] for p in prepared})
+        hashes = sorted({p["hash"] for p in prepared})
+        stones: dict[tuple[str, str], tuple[Any, ...]] = {}
+        # owner IN (…) AND content_hash IN (…): index lookups on (tenant, owner, content_hash) for
+        # every pair, one statement per 500 values; pairs that were not asked about are ignored.
+        for start in range(0, len(hashes), 500):
+            chunk = hashes[start : start + 500]
+            for row in db.execute(
+                "SELECT memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason FROM engram_tombstones "  # noqa: S608 - placeholders only
+                f"WHERE tenant = ? AND owner IN ({','.join('?' * len(owners))}) "
+                f"AND content_hash IN ({','.join('?' * len(chunk))}) ORDER BY id",
+                [self.tenant, *owners, *chunk],
+            ):
+                stones[(row[2], row[3])] = row  # the latest stone of each value wins
+        for p in prepared:
+            row = stones.get((p["owner"], p["hash"]))
             if row is not None:
                 stone = Tombstone(*row)
                 raise Forgotten(
@@ -345,7 +357,7 @@ class Agent(AgentExtras):
                         memory.n_tokens, memory.n_sentences, memory.importance, memory.salience, memory.confidence,
                         int(memory.confidentiality), memory.created_at, now, memory.valid_from, memory.valid_to,
                         memory.status.value if memory.status else None, json.dumps([r.to_json() for r in memory.refs]),
-                        content_hash(memory.content), cue_terms(memory.title, memory.content, *memory.tags), ring, 1, now,
+                        p.get("hash") or content_hash(memory.content), cue_terms(memory.title, memory.content, *memory.tags), ring, 1, now,
                         change,
                     )
                 )  # fmt: skip

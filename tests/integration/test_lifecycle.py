@@ -133,6 +133,27 @@ def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     assert bob.remember("the launch code is blue").owner == "bob"  # bob never forgot it
 
 
+def test_a_batch_holding_a_forgotten_value_is_refused_whole(eng: DynamicMemoryEngine) -> None:
+    alice, bob = eng.agent("alice"), eng.agent("bob")
+    gone = alice.remember("the launch code is blue")
+    alice.forget(gone.id, reason="secret")
+    shared = alice.remember("the office wifi is open", shared=True)
+    alice.forget(shared.id)
+    before = len(alice.memories())
+    batch = [{"content": f"harmless note {i}"} for i in range(700)] + [{"content": "The launch code is BLUE."}]
+    with pytest.raises(Forgotten) as err:
+        alice.remember_many(batch)
+    assert err.value.tombstone.memory_id == gone.id
+    assert len(alice.memories()) == before  # nothing of the batch was stored
+    with pytest.raises(Forgotten):
+        alice.remember_many([{"content": "note"}, {"content": "the office wifi is open", "shared": True}])
+    # the same values under another owner are not refused: bob never forgot them
+    assert [
+        m.owner
+        for m in bob.remember_many([{"content": "the launch code is blue"}, {"content": "the office wifi is open"}])
+    ] == ["bob", "bob"]
+
+
 def test_archival_is_not_forgetting(eng: DynamicMemoryEngine, clock: FixedClock) -> None:
     me = eng.agent("alice")
     m = me.remember("an idle thought", importance=1)

@@ -200,6 +200,13 @@ def expect_refusal(world: World, actor: str, sql: str, expected: tuple[type[Base
     exc = info.value
     assert isinstance(exc, EngramError)
     assert_no_leak(world, actor, str(exc))
+    # Again, now that the scope has seen this text (its hot path, for a text that passed the
+    # name check): the same refusal, word for word, and still nothing changed.
+    for call in (world.scope(actor).execute, world.scope(actor).query):
+        with pytest.raises(type(exc)) as again:
+            call(sql)
+        assert str(again.value) == str(exc)
+    assert world.snap() == before
     return exc
 
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
     from engramdb.storage.sqlite import SqliteStore
 
-#: classification is a pure function of the SQL text; scopes share one bounded cache
-_STATEMENTS: dict[str, Statement] = {}
+#: how many SQL texts one scope remembers as admitted (see `MemoryScope._plain`)
+_PLAIN_CACHE = 1024
 
 Params: TypeAlias = Sequence[Any] | Mapping[str, Any] | None
 Row: TypeAlias = tuple[Any, ...]
@@ -34,6 +34,10 @@ class ExecResult(NamedTuple):
     rowcount: int
     lastrowid: int | None
     rows: list[Row]
+
+
+#: builds an `ExecResult` from a tuple without the Python frame of NamedTuple's ``__new__``
+_result: Callable[[type[ExecResult], tuple[int, int | None, list[Row]]], ExecResult] = tuple.__new__
 
 
 def _bare(name: str | None) -> str | None:
@@ -61,10 +65,20 @@ class MemoryScope:
         self, store: SqliteStore, namespace: Namespace, embedder: Callable[[], Embedder | None] = lambda: None
     ) -> None:
         self._store = store
-        self.namespace = namespace
+        self._namespace = namespace
         self._embedder = embedder
         self._role = f"scope:{namespace.label}"
         self._timeout = store.settings.statement_timeout
+        #: SQL texts this scope has classified and whose names passed this namespace's check, for
+        #: statements that run as one plain call (no DDL, no savepoint, no write behind WITH).
+        #: A decision about the text alone, in this namespace alone: which connection runs it,
+        #: and so what the authorizer allows, is still decided per thread on every call.
+        self._plain: dict[str, Statement] = {}
+
+    @property
+    def namespace(self) -> Namespace:
+        """The table namespace of this scope (fixed for its life)."""
+        return self._namespace
 
     @property
     def store(self) -> SqliteStore:
@@ -100,38 +114,54 @@ class MemoryScope:
         Raises `ScopeViolation` or `ForbiddenDDLError` before anything executes when the
         statement reaches outside the namespace or the DDL safelist; a failed call changes nothing.
         """
-        stmt = _STATEMENTS.get(sql) if isinstance(sql, str) else None
-        if stmt is None:
-            stmt = classify(sql)
-            if len(_STATEMENTS) >= 4096:
-                _STATEMENTS.clear()
-            _STATEMENTS[sql] = stmt
-        if stmt.reserved:
-            self._check_reserved(stmt)
-        if stmt.is_ddl or stmt.needs_savepoint or stmt.cte_write:
-            return self._run(sql, stmt, lambda raw: raw.execute(sql, () if params is None else params))
-        # The hot path, kept flat: SQLite's statement atomicity is all a failed call needs.
-        store = self._store
-        conn = store.thread_conns().get(self._role) or self._conn()
-        if stmt.writes and store.holder is not None:
-            store.check_write(conn)
+        try:
+            stmt = self._plain[sql]
+        except (KeyError, TypeError):
+            return self._execute(sql, params)
+        # The hot path, kept flat: SQLite's statement atomicity is all a failed call needs, and the
+        # authorizer of this thread's connection decides anything SQLite has to prepare anew.
+        state = self._store.local.state
+        conn = state.conns.get(self._role)
+        if conn is None:
+            return self._execute(sql, params)
+        if stmt.writes:
+            holder = state.holder
+            if holder is not None and holder is not conn:
+                self._store.check_write(conn)
         policy = conn.policy
         assert policy is not None
         policy.statement = stmt.kind
         policy.denial = None
-        conn.calls += 1
+        conn.started = None
         try:
             cur = conn.raw.execute(sql, () if params is None else params)
             rows = cur.fetchall() if cur.description is not None else []
         except sqlite3.Error as exc:
             raise self._failure(exc, conn) from None
-        return ExecResult(cur.rowcount, cur.lastrowid, rows)
+        return _result(ExecResult, (cur.rowcount, cur.lastrowid, rows))
+
+    def _execute(self, sql: str, params: Params) -> ExecResult:
+        """The first call with this SQL on this scope (or one that needs more than one statement's
+        atomicity): classify, check names, remember the decision, run through `_run`."""
+        stmt = classify(sql)
+        if stmt.reserved:
+            self._check_reserved(stmt)
+        if not (stmt.is_ddl or stmt.needs_savepoint or stmt.cte_write) and type(sql) is str:
+            # Only a decision of this scope's namespace about this exact text is kept; the
+            # connection, and so the authorizer, is still looked up per thread on every call.
+            plain = self._plain
+            if len(plain) >= _PLAIN_CACHE:
+                plain.clear()
+            plain[sql] = stmt
+        return self._run(sql, stmt, lambda raw: raw.execute(sql, () if params is None else params))
 
     def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> ExecResult:
         """Run one DML statement for each parameter set, all or nothing."""
         stmt = classify(sql)
         if stmt.kind is not Kind.WRITE:
             raise ScopeViolation("executemany() runs INSERT, REPLACE, UPDATE or DELETE statements only")
+        if stmt.reserved:
+            self._check_reserved(stmt)
         return self._run(sql, stmt, lambda raw: raw.executemany(sql, seq_of_params), many=True)
 
     def stream(self, sql: str, params: Params = None, *, batch: int = 256) -> Generator[list[Row], None, None]:
@@ -149,7 +179,7 @@ class MemoryScope:
         policy = conn.policy
         assert policy is not None
         policy.begin(stmt.kind)
-        conn.calls += 1
+        conn.started = None
         cur = None
         try:
             cur = conn.raw.execute(sql, () if params is None else params)
@@ -167,16 +197,19 @@ class MemoryScope:
 
     def query(self, sql: str, params: Params = None) -> list[Row]:
         """Run one statement and return its rows as tuples (``for a, b in scope.query(...)``)."""
-        stmt = _STATEMENTS.get(sql) if isinstance(sql, str) else None
-        if stmt is None or stmt.writes or stmt.reserved:
+        try:
+            stmt = self._plain[sql]
+        except (KeyError, TypeError):
+            return self.execute(sql, params).rows
+        conn = self._store.local.state.conns.get(self._role)
+        if conn is None or stmt.writes:
             return self.execute(sql, params).rows
         # The read hot path: no write checks, no savepoint, no ExecResult.
-        conn = self._store.thread_conns().get(self._role) or self._conn()
         policy = conn.policy
         assert policy is not None
         policy.statement = stmt.kind
         policy.denial = None
-        conn.calls += 1
+        conn.started = None
         try:
             return conn.raw.execute(sql, () if params is None else params).fetchall()
         except sqlite3.Error as exc:
@@ -212,14 +245,12 @@ class MemoryScope:
         conn = self._conn()
         policy = conn.policy
         assert policy is not None
-        if stmt.reserved:
-            self._check_reserved(stmt)
         if stmt.is_ddl:
             self._precheck(sql, stmt)
         if stmt.writes and store.holder is not None:
             store.check_write(conn)
         policy.begin(stmt.kind)
-        conn.calls += 1
+        conn.started = None
         if not (stmt.is_ddl or stmt.needs_savepoint or many):
             # SQLite's statement atomicity is all a failed call needs here.
             before = conn.raw.total_changes

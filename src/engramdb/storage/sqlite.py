@@ -56,17 +56,16 @@ class SqliteSettings:
 class Conn:
     """One thread's connection for one role. Not shared between threads."""
 
-    __slots__ = ("__weakref__", "calls", "label", "policy", "raw", "started", "timed")
+    __slots__ = ("__weakref__", "label", "policy", "raw", "started")
 
     def __init__(self, raw: sqlite3.Connection, policy: Policy | None, label: str) -> None:
         self.raw = raw
         self.policy = policy
         self.label = label
-        #: calls made on this connection; the progress handler starts a call's clock the first time
-        #: it sees a new number, so the hot path only increments an int
-        self.calls = 0
-        self.timed = -1
-        self.started = 0.0
+        #: when the running scope call's clock started; every scope call arms the clock by setting
+        #: None, and the progress handler starts it the first time it runs within the call, so the
+        #: hot path costs one store and a statement that ends sooner costs nothing
+        self.started: float | None = None
 
     @property
     def in_transaction(self) -> bool:
@@ -85,13 +84,24 @@ class Conn:
             self.policy.trusted = False
 
 
-class _ThreadState(threading.local):
+class ThreadState:
+    """One thread's connections by role, and which of them holds its explicit transaction."""
+
+    __slots__ = ("conns", "holder", "last")
+
     def __init__(self) -> None:
         self.conns: dict[str, Conn] = {}
         #: the connection of this thread that holds an explicit transaction, if any
         self.holder: Conn | None = None
         #: the last connection that began one (to explain a transaction SQLite rolled back)
         self.last: Conn | None = None
+
+
+class _Local(threading.local):
+    # One attribute, so a call reads the thread-local storage once (each read costs as much as
+    # a few plain attribute reads) and everything else from a plain object.
+    def __init__(self) -> None:
+        self.state = ThreadState()
 
 
 class SqliteStore:
@@ -110,7 +120,9 @@ class SqliteStore:
             path = Path(tmpdir) / "memory.db"
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._state = _ThreadState()
+        #: ``local.state`` is the calling thread's `ThreadState`; the scope's hot path reads it
+        #: directly (close() replaces `local`, so nothing may keep a reference to it)
+        self.local = _Local()
         self._all: weakref.WeakSet[Conn] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._closed = False
@@ -141,18 +153,15 @@ class SqliteStore:
             raise BackendError(f"cannot open {self.path} as a SQLite database: {exc}") from None
         return raw
 
-    def thread_conns(self) -> dict[str, Conn]:
-        """This thread's open connections by role (for the scope's hot path)."""
-        return self._state.conns
-
     def connection(self, role: str, namespace: Namespace | None = None) -> Conn:
         """This thread's connection for `role`, opened and configured on first use."""
         if self._closed:
             raise BackendError("the engine is closed")
-        conn = self._state.conns.get(role)
+        conns = self.local.state.conns
+        conn = conns.get(role)
         if conn is None:
             conn = self._make(role, namespace)
-            self._state.conns[role] = conn
+            conns[role] = conn
             with self._lock:
                 self._all.add(conn)
         return conn
@@ -190,10 +199,11 @@ class SqliteStore:
             if c is None:
                 return 0
             now = time.monotonic()
-            if c.timed != c.calls:
-                c.timed, c.started = c.calls, now
+            started = c.started
+            if started is None:
+                c.started = now
                 return 0
-            return 1 if now - c.started > budget else 0
+            return 1 if now - started > budget else 0
 
         raw.set_progress_handler(over_budget, 1000)
         guard_printf(raw, policy, self.settings.max_value_bytes)
@@ -204,15 +214,16 @@ class SqliteStore:
     @property
     def holder(self) -> Conn | None:
         """The connection of the calling thread that holds an explicit transaction."""
-        h = self._state.holder
+        state = self.local.state
+        h = state.holder
         if h is not None and not h.raw.in_transaction:
-            self._state.holder = h = None  # SQLite ended it (e.g. an interrupted write)
+            state.holder = h = None  # SQLite ended it (e.g. an interrupted write)
         return h
 
     @property
     def last_holder(self) -> Conn | None:
         """The connection that most recently began an explicit transaction on this thread."""
-        return self._state.last
+        return self.local.state.last
 
     def check_write(self, conn: Conn) -> None:
         """Refuse a write that would wait forever on this thread's own open transaction."""
@@ -229,25 +240,26 @@ class SqliteStore:
         self.check_write(conn)
         with conn.trusted() as raw, translate(conn):
             raw.execute("BEGIN IMMEDIATE")
-        self._state.holder = conn
-        self._state.last = conn
+        state = self.local.state
+        state.holder = state.last = conn
 
     def commit(self, conn: Conn) -> None:
         if not conn.in_transaction:
             raise TransactionError(f"commit() without begin() on '{conn.label}' in this thread")
         with conn.trusted() as raw, translate(conn):
             raw.execute("COMMIT")
-        self._state.holder = None
-        self._state.last = None
+        state = self.local.state
+        state.holder = state.last = None
 
     def rollback(self, conn: Conn) -> None:
         """Roll back this thread's transaction on `conn`; a no-op when none is open."""
         if conn.in_transaction:
             with conn.trusted() as raw, translate(conn):
                 raw.execute("ROLLBACK")
-        if self._state.holder is conn:
-            self._state.holder = None
-        self._state.last = None
+        state = self.local.state
+        if state.holder is conn:
+            state.holder = None
+        state.last = None
 
     @contextlib.contextmanager
     def atomic(self, conn: Conn, *, immediate: bool = True) -> Iterator[None]:
@@ -295,7 +307,7 @@ class SqliteStore:
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
                 conn.raw.close()
-        self._state = _ThreadState()
+        self.local = _Local()
         if self._cleanup is not None:
             self._cleanup()
 
@@ -367,12 +379,16 @@ def convert(exc: sqlite3.Error, conn: Conn | None) -> EngramError:
     low = message.lower()
     policy = conn.policy if conn is not None else None
     if policy is not None:
-        if policy.limit is not None:
-            return ResourceLimitExceeded(policy.limit)
+        # What the policy recorded belongs to the statement that just failed: take it, so that it
+        # cannot explain a later, unrelated failure (the hot path does not reset `limit`).
+        limit, denial = policy.limit, policy.denial
+        policy.limit = policy.denial = None
+        if limit is not None:
+            return ResourceLimitExceeded(limit)
         # A denial may be followed by another error that overwrites SQLite's message: the
         # recorded denial wins, whatever the driver says.
-        if policy.denial is not None:
-            return ScopeViolation(policy.denial)
+        if denial is not None:
+            return ScopeViolation(denial)
         if "not authorized" in low or "prohibited" in low or "vtable constructor failed" in low:
             return ScopeViolation(policy.namespace.rule())
         if _leaks(policy.namespace, message):

@@ -60,7 +60,11 @@ class DynamicMemoryEngine:
         forgetting: retention and prune guards (`ForgettingPolicy`).
         dedup_threshold: cosine at or above which `remember` reinforces an existing memory instead.
         vector_index: ``"exact"`` (numpy scan), ``"ann"`` (faiss IVF, the ``ann`` extra; exact below
-            20k vectors) or ``"auto"`` (ann when faiss is installed).
+            20k vectors), ``"auto"`` (ann when faiss is installed), or a callable that makes the
+            `VectorIndex` for a dimension (e.g. ``lambda dim: AnnIndex(dim, nprobe=64)``). A file
+            database keeps a trained `AnnIndex` in a side file beside it
+            (``<file>.vectors-<embedder>.npz``), so a new process need not re-read every vector
+            and re-train it; the file is a cache that may be deleted at any time.
     """
 
     def __init__(
@@ -78,7 +82,7 @@ class DynamicMemoryEngine:
         scoring: ScoringConfig | None = None,
         forgetting: ForgettingPolicy | None = None,
         dedup_threshold: float = 0.92,
-        vector_index: str = "auto",
+        vector_index: str | Callable[[int], VectorIndex] = "auto",
     ) -> None:
         settings = SqliteSettings(
             busy_timeout=busy_timeout,
@@ -99,9 +103,11 @@ class DynamicMemoryEngine:
         self.scoring = scoring or ScoringConfig()
         if isinstance(memory_embedder, str) and memory_embedder != "default":
             raise ValueError('memory_embedder must be "default", an Embedder, or None')
-        if vector_index not in ("auto", "exact", "ann"):
-            raise ValueError('vector_index must be "auto", "exact" or "ann"')
+        if not callable(vector_index) and vector_index not in ("auto", "exact", "ann"):
+            raise ValueError('vector_index must be "auto", "exact", "ann" or a callable making an index')
         self._vector_index = vector_index
+        # Only a real file gets a side file beside it (not the private temp file of ":memory:").
+        self._persistent = str(path) != ":memory:" and self._store.path.is_file()
         self._memory_choice: Embedder | str | None = memory_embedder
         self._memory_parts: tuple[Embedder | None, VectorChannel | None, Recaller] | None = None
         self.forgetting = forgetting or ForgettingPolicy()
@@ -141,7 +147,8 @@ class DynamicMemoryEngine:
                 if embedder is not None:
                     from engramdb.retrieval.vector_channel import VectorChannel
 
-                    channel = VectorChannel(embedder, self._make_index(embedder.dim))
+                    database = self._store.path if self._persistent else None
+                    channel = VectorChannel(embedder, self._make_index(embedder.dim), database=database)
                 from engramdb.retrieval.lexical_channel import LexicalChannel
 
                 recaller = Recaller(self._store, self.clock, self.scoring, embedder, channel, LexicalChannel())
@@ -150,6 +157,8 @@ class DynamicMemoryEngine:
             return self._memory_parts
 
     def _make_index(self, dim: int) -> VectorIndex | None:
+        if callable(self._vector_index):
+            return self._vector_index(dim)
         if self._vector_index == "exact":
             return None
         from engramdb.vectors import ann
@@ -214,8 +223,14 @@ class DynamicMemoryEngine:
         return [n for n in names if ascii_lower(n).startswith(("shared_", "private_"))]
 
     def close(self) -> None:
-        """Close every connection; the file stays as it is."""
-        self._store.close()
+        """Close every connection; the file stays as it is. Saves the vector side file first when
+        more than a tenth of the cached vectors changed since it was last saved."""
+        parts = self._memory_parts
+        try:
+            if parts is not None and parts[1] is not None:
+                parts[1].save_if_changed()
+        finally:
+            self._store.close()
 
     def __enter__(self) -> DynamicMemoryEngine:
         return self

@@ -322,6 +322,52 @@ def test_ann_save_load_round_trip(tmp_path: Path, data: Any) -> None:
 
 
 @pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_generation_counts_builds_and_arrays_round_trip(data: Any) -> None:
+    from engramdb.vectors.ann import AnnIndex
+
+    keys, vecs, queries = data
+    index = AnnIndex(DIM, train_at=256, nlist=32, rebuild_growth=4.0)
+    index.upsert(keys[:255], vecs[:255])
+    assert (index.generation, index.built_at) == (0, 0)
+    index.upsert(keys[255:300], vecs[255:300])
+    assert (index.generation, index.built_at) == (1, 300)
+    index.upsert(keys[300:400], vecs[300:400])  # added to the IVF, not rebuilt
+    assert (index.generation, index.built_at) == (1, 300)
+    index.upsert(keys[400:], vecs[400:])  # grown 4x since the build
+    assert (index.generation, index.built_at) == (2, N)
+    for copy in (True, False):
+        arrays = {name: np.array(a) for name, a in index.to_arrays().items()}
+        loaded = AnnIndex.from_arrays(arrays, copy=copy)
+        assert loaded.generation == 0 and loaded.built_at == N and loaded.settings == index.settings
+        np.testing.assert_array_equal(loaded.keys(), index.keys())
+        for query in queries[:5]:
+            np.testing.assert_array_equal(loaded.search(query, K)[0], index.search(query, K)[0])
+        assert np.shares_memory(loaded.vectors_matrix(), arrays["vectors"]) == (not copy)  # adopted, not copied
+    arrays = index.to_arrays()
+    with pytest.raises(ValueError, match="do not match"):
+        AnnIndex.from_arrays({**arrays, "vectors": arrays["vectors"][:-1]})
+    with pytest.raises(ValueError, match="format"):
+        AnnIndex.from_arrays({**arrays, "meta": np.frombuffer(b'{"format": 0}', dtype=np.uint8)})
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_load_refuses_what_is_not_an_index(tmp_path: Path) -> None:
+    from engramdb.vectors.ann import AnnIndex
+    from engramdb.vectors.npz import write_arrays
+
+    path = tmp_path / "x.npz"
+    write_arrays(path, {"other": np.arange(3)})
+    with np.load(path) as npz:  # an ordinary .npz file
+        assert npz["other"].tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="not an AnnIndex file"):
+        AnnIndex.load(path)
+    with path.open("wb") as fh:
+        np.save(fh, np.arange(3))  # a plain .npy under that name
+    with pytest.raises(ValueError, match="not a zip file"):
+        AnnIndex.load(path)
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
 def test_ann_builds_at_train_at_and_rebuilds_on_growth() -> None:
     from engramdb.vectors.ann import AnnIndex
 

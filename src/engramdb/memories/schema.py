@@ -1,4 +1,4 @@
-"""The engine-owned tables of typed memories (migration 4). No scope SQL can name them.
+"""The engine-owned tables of typed memories (migration 4 on). No scope SQL can name them.
 
 - ``engram_memories``: one row per memory (``n`` is the internal integer key, ``id`` the public one);
   ``terms`` holds the distinct stems of title, content and tags, computed once at write time for
@@ -12,12 +12,15 @@
 - ``engram_edges``: typed, weighted edges; ``engram_access``: the full access stream;
   ``engram_recalls``: one row per recall, for ``explain(recall_id)``; ``engram_versions``: earlier
   contents after an update.
+- ``engram_meta`` key ``instance_id`` (migration 8): a random id given to the database once, so a
+  cache kept outside the file (the vector side file) can tell the database it was made from.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 
 from engramdb.storage.migrations import Migration, register
 
@@ -150,3 +153,13 @@ def _m0007_drop_fts(db: sqlite3.Connection) -> None:
 
 
 register(Migration(7, "drop_fts", _m0007_drop_fts))
+
+
+def _m0008_instance_id(db: sqlite3.Connection) -> None:
+    # The identity of this database for caches kept beside it (retrieval/vector_channel.py): random,
+    # never changed. A copy of the file keeps it; a new database at the same path gets a new one.
+    db.execute("INSERT OR IGNORE INTO engram_meta (key, value) VALUES ('instance_id', ?)", (uuid.uuid4().hex,))
+
+
+register(Migration(8, "instance_id", _m0008_instance_id))
+

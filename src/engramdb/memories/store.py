@@ -171,6 +171,12 @@ def current_change(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT value FROM engram_counters WHERE name = 'memories'").fetchone()[0])
 
 
+def instance_id(db: sqlite3.Connection) -> str | None:
+    """The database's random identity (migration 8), or None in a file that has none."""
+    row = db.execute("SELECT value FROM engram_meta WHERE key = 'instance_id'").fetchone()
+    return None if row is None else str(row[0])
+
+
 @dataclass(frozen=True, slots=True)
 class Touch:
     """One access to log: which memory, how, and (for recalls) its rank and components."""

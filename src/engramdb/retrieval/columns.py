@@ -128,14 +128,16 @@ class VisibilityColumns:
         if not len(rows):
             return
         tenant, owner, level, archived, vfrom, vto, mtype = zip(*values, strict=True)
-        get, tget = self.codes.get, self.types.get
-        self.tenant[rows] = [get(t) for t in tenant]
-        self.owner[rows] = [get(o) for o in owner]
+        # Few distinct strings in many rows: code each once (in first-seen order), then look up.
+        codes = {v: self.codes.get(v) for v in dict.fromkeys(tenant + owner)}
+        tcodes = {t: self.types.get(t) for t in dict.fromkeys(mtype)}
+        self.tenant[rows] = [codes[t] for t in tenant]
+        self.owner[rows] = [codes[o] for o in owner]
         self.level[rows] = level
         self.archived[rows] = [bool(a) for a in archived]
         self.vfrom[rows] = [math.nan if v is None else v for v in vfrom]
         self.vto[rows] = [math.nan if v is None else v for v in vto]
-        self.type[rows] = [tget(t) for t in mtype]
+        self.type[rows] = [tcodes[t] for t in mtype]
         self.version += 1
 
     def mask(self, vis: Visibility, n: int, types: Iterable[str] | None = None) -> npt.NDArray[np.bool_]:

@@ -4,33 +4,96 @@ visibility attributes beside it, so the visible set is masked *before* the top-k
 The stored vectors are the truth; this is a cache refreshed incrementally by the memories'
 write sequence (``changed``), which every process's writes advance, so a recall always sees
 what other threads and processes have committed.
+
+**Surviving a restart.** Given the `database` file and an `AnnIndex`, the channel saves the index
+beside the database (see `vector_file`) after every refresh that (re)built the IVF, and in
+`save_if_changed` (the engine's `close`) when more than a tenth of the cached rows changed since the
+last save. The first refresh of a new process then adopts that file instead of reading every
+vector and training the IVF again, when it fits this database: same embedder and dimension, same
+``instance_id``, a counter not ahead of the database, equal index settings, and the newest saved
+vectors equal to the stored ones (a restored backup that has diverged since is refused). It then
+reads only the visibility columns of every memory (no vector blobs) and each memory's
+``changed``: a row the file holds at the same ``changed`` is trusted, any other memory at or
+below the saved counter is read again from the database, memories the file holds but the
+database does not stay hidden, and the usual incremental refresh goes on from the saved counter.
+Whatever is wrong with the file, it is ignored (logged at debug level) and everything is loaded
+as before.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import stat
 import threading
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from engramdb.embeddings.base import Embedder
-from engramdb.memories.store import Visibility, current_change
+from engramdb.memories.store import Visibility, current_change, instance_id
 from engramdb.retrieval.columns import VisibilityColumns
+from engramdb.retrieval.vector_file import read_side_file, side_file_for, write_side_file
+from engramdb.vectors.ann import AnnIndex
 from engramdb.vectors.base import VectorIndex
 from engramdb.vectors.exact import ExactIndex
 
+log = logging.getLogger(__name__)
+
+# Every memory row as the cache needs it: the visibility attributes in `VisibilityColumns.set_many`
+# order at [2:9], the vector (or None) last.
+_ROWS = (
+    "SELECT m.n, m.changed, m.tenant, m.owner, m.confidentiality, m.archived, m.valid_from, m.valid_to, m.type, "
+    "v.vec FROM engram_memories m LEFT JOIN engram_vectors v ON v.n = m.n AND v.model = ? "
+)
+#: saved vectors compared with the stored ones when a side file is adopted
+_TIP_ROWS = 32
+#: `save_if_changed` saves when more than this share of the cached rows changed since the last save
+_CLOSE_SAVE_SHARE = 0.1
+_CHUNK = 500
+
 
 class VectorChannel:
-    """Vectors of every memory with an embedding from `embedder`, and their visibility attributes."""
+    """Vectors of every memory with an embedding from `embedder`, and their visibility attributes.
 
-    def __init__(self, embedder: Embedder, index: VectorIndex | None = None) -> None:
+    Args:
+        embedder: the memories' embedder (its name selects the stored vectors).
+        index: the `VectorIndex` to fill (default: `ExactIndex`).
+        database: the database file, beside which the index is kept across processes (see the
+            module docstring); used only with an `AnnIndex`. None: never saved.
+    """
+
+    def __init__(self, embedder: Embedder, index: VectorIndex | None = None, *, database: Path | None = None) -> None:
         self.embedder = embedder
         self.index: VectorIndex = index if index is not None else ExactIndex(embedder.dim)
         # Re-entrant: search() and best_matches() hold it while they read arrays that refresh() grows.
         self._lock = threading.RLock()
         self._seen = -1
         self.cols = VisibilityColumns()
+        self._database = database
+        #: where the index is kept between processes (None: it is not)
+        self.side_file = (
+            side_file_for(database, embedder.name)
+            if database is not None and isinstance(self.index, AnnIndex)
+            else None
+        )
+        # Per index row, the `changed` its vector was read at (~changed once the memory lost it):
+        # saved with the index so a new process can tell which rows are still current.
+        self._changed = np.zeros(1024 if self.side_file else 0, dtype=np.int64)
+        self._instance: str | None = None
+        self._dirty = 0  # rows loaded or hidden since the last save or adoption
+        self._saved_generation = 0
+        # A refresh inside an open transaction may cache rows that are then rolled back: such a
+        # cache is never saved for other processes.
+        self._unsafe = False
+        self._restored = False
+
+    @property
+    def restored(self) -> bool:
+        """True when this channel's index came from the side file rather than from every stored vector."""
+        return self._restored
 
     def refresh(self, db: sqlite3.Connection) -> None:
         """Load whatever changed since the last refresh (cheap when nothing did)."""
@@ -38,28 +101,157 @@ class VectorChannel:
             latest = current_change(db)
             if latest == self._seen:
                 return
-            rows = db.execute(
-                "SELECT m.n, m.tenant, m.owner, m.confidentiality, m.archived, m.valid_from, m.valid_to, v.vec, m.type "
-                "FROM engram_memories m LEFT JOIN engram_vectors v ON v.n = m.n AND v.model = ? "
-                "WHERE m.changed > ?",
-                (self.embedder.name, self._seen),
-            ).fetchall()
-            # A changed row without a vector (forgotten, or written without an embedder) must not
-            # keep a stale cached vector visible: it is marked archived in the cache.
-            gone = [r[0] for r in rows if r[7] is None]
-            rows = [r for r in rows if r[7] is not None]
-            for n in gone:
-                row = self.index.row_of(n)
+            if db.in_transaction:
+                self._unsafe = True
+            if self._seen == -1 and self.side_file is not None:
+                self._restore(db, latest)
+            self._apply(db.execute(_ROWS + "WHERE m.changed > ?", (self.embedder.name, self._seen)).fetchall())
+            self._seen = latest
+            index = self.index
+            if isinstance(index, AnnIndex) and index.generation != self._saved_generation:
+                self._save()
+
+    def save_if_changed(self) -> None:
+        """Save the side file when more than a tenth of the cached rows were loaded or hidden since
+        the last save (or since the file was adopted); called by `DynamicMemoryEngine.close`."""
+        with self._lock:
+            if self._dirty > _CLOSE_SAVE_SHARE * len(self.index):
+                self._save()
+
+    # -- loading ----------------------------------------------------------------------------------
+
+    def _apply(self, rows: list[Any]) -> None:
+        """Cache `rows` (of `_ROWS`): upsert their vectors, or hide the ones that have none.
+
+        A changed row without a vector (forgotten, or written without an embedder) must not keep a
+        stale cached vector visible: it is marked archived in the cache.
+        """
+        track = self.side_file is not None
+        for r in rows:
+            if r[9] is None:
+                row = self.index.row_of(r[0])
                 if row is not None:
                     self.cols.hide(row)
-            if rows:
-                keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-                vecs = np.frombuffer(b"".join(r[7] for r in rows), dtype=np.float32).reshape(len(rows), self.index.dim)
-                self.index.upsert(keys, vecs)
-                self.cols.grow(len(self.index))
-                rows_of = np.fromiter((self.index.row_of(r[0]) for r in rows), dtype=np.int64, count=len(rows))
-                self.cols.set_many(rows_of, [(*r[1:7], r[8]) for r in rows])
-            self._seen = latest
+                    if track:
+                        self._changed[row] = ~int(r[1])
+                    self._dirty += 1
+        rows = [r for r in rows if r[9] is not None]
+        if not rows:
+            return
+        keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        vecs = np.frombuffer(b"".join(r[9] for r in rows), dtype=np.float32).reshape(len(rows), self.index.dim)
+        self.index.upsert(keys, vecs)
+        n = len(self.index)
+        self.cols.grow(n)
+        rows_of = np.fromiter((self.index.row_of(r[0]) for r in rows), dtype=np.int64, count=len(rows))
+        self.cols.set_many(rows_of, [r[2:9] for r in rows])
+        if track:
+            if len(self._changed) < n:
+                grown = np.zeros(max(n, 2 * len(self._changed)), dtype=np.int64)
+                grown[: len(self._changed)] = self._changed
+                self._changed = grown
+            self._changed[rows_of] = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+        self._dirty += len(rows)
+
+    def _restore(self, db: sqlite3.Connection, latest: int) -> None:
+        """Adopt the side file when it fits this database (see the module docstring); else nothing."""
+        assert self.side_file is not None and isinstance(self.index, AnnIndex)
+        self._instance = instance_id(db)
+        if self._instance is None:
+            return
+        try:
+            saved = read_side_file(
+                self.side_file,
+                model=self.embedder.name,
+                dim=self.embedder.dim,
+                instance_id=self._instance,
+                latest=latest,
+                settings=self.index.settings,
+            )
+        except FileNotFoundError:
+            return
+        except Exception as exc:  # a cache: whatever is wrong with it, load from the database
+            log.debug("ignoring the vector side file %s: %s: %s", self.side_file, type(exc).__name__, exc)
+            return
+        index, changed, change = saved.index, saved.changed, saved.change
+        # The newest saved vectors must be the stored ones: a backup restored after the save and
+        # written to since reuses change numbers for other contents.
+        matrix = index.vectors_matrix()
+        for n, n_changed, vec in db.execute(
+            "SELECT m.n, m.changed, v.vec FROM engram_memories m JOIN engram_vectors v ON v.n = m.n AND v.model = ? "
+            "WHERE m.changed <= ? ORDER BY m.changed DESC LIMIT ?",
+            (self.embedder.name, change, _TIP_ROWS),
+        ):
+            row = index.row_of(n)
+            if row is not None and changed[row] == n_changed and matrix[row].tobytes() != vec:
+                log.debug("ignoring the vector side file %s: its vectors differ from the database's", self.side_file)
+                return
+        # Both reads in one snapshot, so each memory's attributes and `changed` belong together.
+        own = not db.in_transaction
+        if own:
+            db.execute("BEGIN")
+        try:
+            attrs = db.execute(
+                "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type "
+                "FROM engram_memories ORDER BY n"
+            ).fetchall()
+            pairs = db.execute("SELECT n, changed FROM engram_memories WHERE changed <= ?", (change,)).fetchall()
+        finally:
+            if own:
+                db.execute("COMMIT")
+        cols = VisibilityColumns(max(1024, len(index)))  # rows never set stay archived: hidden
+        mem = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
+        at = np.fromiter((p[1] for p in pairs), dtype=np.int64, count=len(pairs))
+        keys = index.keys()
+        trusted = np.zeros(len(mem), dtype=np.bool_)
+        rows = np.zeros(len(mem), dtype=np.int64)
+        if len(keys) and len(mem):
+            order = np.argsort(keys, kind="stable")
+            pos = np.minimum(np.searchsorted(keys[order], mem), len(keys) - 1)
+            rows = order[pos]
+            held = keys[rows] == mem
+            current = held & (changed[rows] == at)
+            trusted = current | (held & (changed[rows] == ~at))
+            attr_n = np.fromiter((a[0] for a in attrs), dtype=np.int64, count=len(attrs))
+            where = np.searchsorted(attr_n, mem[current])
+            cols.set_many(rows[current], [attrs[i][1:] for i in where.tolist()])
+        self.index, self.cols, self._changed = index, cols, changed
+        self._seen, self._dirty, self._restored = change, 0, True
+        # Memories at or below the saved counter that the file does not hold as they are now.
+        stale = mem[~trusted].tolist()
+        for i in range(0, len(stale), _CHUNK):
+            chunk = stale[i : i + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            self._apply(db.execute(_ROWS + f"WHERE m.n IN ({marks})", (self.embedder.name, *chunk)).fetchall())
+        if stale:
+            log.debug("vector side file %s: %d memories read again", self.side_file, len(stale))
+
+    # -- saving -----------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        """Write the side file (only a trained `AnnIndex` of committed rows is worth keeping)."""
+        index = self.index
+        if not isinstance(index, AnnIndex):
+            return
+        self._saved_generation = index.generation
+        if self.side_file is None or self._instance is None or self._unsafe or self._seen < 0 or not index.trained:
+            return
+        assert self._database is not None
+        try:
+            mode = stat.S_IMODE(self._database.stat().st_mode) & 0o666
+            write_side_file(
+                self.side_file,
+                index,
+                self._changed[: len(index)],
+                model=self.embedder.name,
+                dim=self.embedder.dim,
+                instance_id=self._instance,
+                change=self._seen,
+                mode=mode,
+            )
+        except OSError as exc:
+            log.warning("could not save the vector cache to %s: %s", self.side_file, exc)
+        self._dirty = 0
 
     def mask(self, vis: Visibility) -> npt.NDArray[np.bool_]:
         """The same predicate as `Visibility.sql`, over the cached attributes (a fresh array)."""

@@ -32,9 +32,10 @@ filter narrows.
 
 The index is a cache: `save` / `load` write and read one side file (numpy ``.npz`` holding the
 keys, the float32 matrix and the serialised faiss index) that can always be rebuilt from the
-stored vectors. Searches may run concurrently with each other; `upsert`, `rebuild` and `load`
-must not run concurrently with anything else on the same instance (callers already serialise
-writes, as with `ExactIndex`).
+stored vectors. `to_arrays` / `from_arrays` are the same state as named arrays, for callers that
+keep more beside it in one file (see `engramdb.vectors.npz`). Searches may run
+concurrently with each other; `upsert`, `rebuild` and `load` must not run concurrently with
+anything else on the same instance (callers already serialise writes, as with `ExactIndex`).
 
 Needs the ``ann`` extra (``faiss-cpu``); constructing an `AnnIndex` without it raises
 `engramdb.errors.MissingExtra`.
@@ -46,12 +47,14 @@ import importlib
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from engramdb.errors import MissingExtra
 from engramdb.vectors.exact import ExactIndex
+from engramdb.vectors.npz import StoredArrays, write_arrays
 
 try:
     import numpy as np
@@ -172,6 +175,7 @@ class AnnIndex(ExactIndex):
         self._ivf: Any = None  # faiss.IndexIVFScalarQuantizer once trained; ids are rows
         self._built_at = 0  # rows when the IVF was last built
         self._nlist = 0
+        self._generation = 0  # IVF builds by this instance
 
     # ----------------------------------------------------------------------------------------
     # The VectorIndex protocol (storage, keys, row_of, vectors_of, vectors_matrix: from ExactIndex)
@@ -287,6 +291,32 @@ class AnnIndex(ExactIndex):
         return self._nlist
 
     @property
+    def built_at(self) -> int:
+        """Vectors the IVF held when it was last built (0 before the first build)."""
+        return self._built_at
+
+    @property
+    def generation(self) -> int:
+        """IVF builds this instance has made (0 when new or loaded): it changes exactly when an
+        `upsert` or `rebuild` (re)built the IVF, so a caller can tell that a saved copy is stale."""
+        return self._generation
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The constructor's tunables as given (``None`` for automatic ones): two indexes with equal
+        settings build and search alike, so a saved index may stand in for a configured one."""
+        return {
+            "dim": self._dim,
+            "nlist": self._nlist_setting,
+            "nprobe": self._nprobe_setting,
+            "rerank": self._rerank,
+            "train_at": self._train_at,
+            "rebuild_growth": self._rebuild_growth,
+            "exact_rows": self._exact_rows,
+            "seed": self._seed,
+        }
+
+    @property
     def nprobe(self) -> int:
         """Lists probed by an unfiltered query (0 before the first build)."""
         if self._ivf is None:
@@ -331,10 +361,14 @@ class AnnIndex(ExactIndex):
         index.set_direct_map_type(faiss.DirectMap.Hashtable)  # O(1) removal of a replaced row
         index.add_with_ids(data, np.arange(n, dtype=np.int64))
         self._ivf, self._nlist, self._built_at = index, nlist, n
+        self._generation += 1
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the whole index (keys, vectors, IVF) to one ``.npz`` side file, atomically."""
-        target = Path(path)
+    def to_arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The whole index as named arrays (``meta``, ``keys``, ``vectors``, ``ivf``), for `save` or a
+        caller's own file (`engramdb.vectors.npz.write_arrays`).
+
+        ``vectors`` and ``keys`` are views of the live index: write them out before the next `upsert`.
+        """
         n = self._n
         meta = {
             "format": _FORMAT,
@@ -352,40 +386,37 @@ class AnnIndex(ExactIndex):
         ivf = np.zeros(0, dtype=np.uint8)  # empty: not built
         if self._ivf is not None:
             ivf = np.asarray(self._faiss.serialize_index(self._ivf), dtype=np.uint8)
-        tmp = target.with_name(target.name + ".tmp")
-        try:
-            with open(tmp, "wb") as fh:
-                np.savez(
-                    fh,
-                    meta=np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
-                    keys=self._keys[:n],
-                    vectors=self._vecs[:n],
-                    ivf=ivf,
-                )
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        return {
+            "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
+            "keys": self._keys[:n],
+            "vectors": self._vecs[:n],
+            "ivf": ivf,
+        }
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> AnnIndex:
-        """Read an index written by `save`.
+    def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]], *, copy: bool = True) -> AnnIndex:
+        """An index from the arrays of `to_arrays` (other entries of `arrays` are ignored).
+
+        With ``copy=False`` the ``vectors`` array becomes the index's matrix when it is a writable
+        C-contiguous float32 array (arrays just read from a file: no second copy of a large matrix);
+        the caller must not use it afterwards.
 
         Raises:
             MissingExtra: faiss is not installed.
-            ValueError: the file is of an unknown format or inconsistent (rebuild it from the vectors).
+            ValueError: an unknown format or inconsistent arrays (rebuild from the stored vectors).
+            KeyError: an array is missing.
         """
         faiss = _faiss()
-        with np.load(Path(path), allow_pickle=False) as npz:
-            meta: dict[str, Any] = json.loads(bytes(npz["meta"]).decode("utf-8"))
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"unsupported AnnIndex file format {meta.get('format')!r}")
-            keys = np.asarray(npz["keys"], dtype=np.int64)
-            vectors = np.asarray(npz["vectors"], dtype=np.float32)
-            ivf_bytes = np.asarray(npz["ivf"], dtype=np.uint8)
+        meta = json.loads(bytes(np.asarray(arrays["meta"], dtype=np.uint8)).decode("utf-8"))
+        fmt = meta.get("format") if isinstance(meta, dict) else None
+        if fmt != _FORMAT:
+            raise ValueError(f"unsupported AnnIndex file format {fmt!r}")
+        keys = np.array(arrays["keys"], dtype=np.int64).reshape(-1)
+        vectors = np.asarray(arrays["vectors"])
         dim = int(meta["dim"])
-        if vectors.shape != (len(keys), dim):
-            raise ValueError(f"vectors of shape {vectors.shape} do not match {len(keys)} keys x dim {dim}")
+        n = len(keys)
+        if vectors.dtype != np.float32 or vectors.shape != (n, dim):
+            raise ValueError(f"vectors of {vectors.dtype} {vectors.shape} do not match {n} keys x dim {dim}")
         index = cls(
             dim,
             nlist=meta["nlist_setting"],
@@ -395,23 +426,47 @@ class AnnIndex(ExactIndex):
             rebuild_growth=float(meta["rebuild_growth"]),
             exact_rows=int(meta["exact_rows"]),
             seed=int(meta["seed"]),
-            capacity=max(1, len(keys)),
+            capacity=1,
         )
-        n = len(keys)
-        index._vecs[:n] = vectors
-        index._keys[:n] = keys
+        if n:
+            adopt = not copy and vectors.flags.c_contiguous and vectors.flags.writeable
+            index._vecs = vectors if adopt else np.array(vectors, dtype=np.float32, order="C")
+            index._keys = keys
         index._rows = {key: row for row, key in enumerate(keys.tolist())}
         if len(index._rows) != n:
             raise ValueError("the file repeats a key")
         index._n = n
+        ivf_bytes = np.asarray(arrays["ivf"], dtype=np.uint8)
         if len(ivf_bytes):
             ivf = faiss.deserialize_index(ivf_bytes)
-            if int(ivf.ntotal) != n or int(ivf.d) != dim:
+            if not isinstance(ivf, faiss.IndexIVFScalarQuantizer):
+                raise ValueError(f"the IVF is a {type(ivf).__name__}, not an IndexIVFScalarQuantizer")
+            if int(ivf.ntotal) != n or int(ivf.d) != dim or int(ivf.nlist) != int(meta["nlist"]):
                 raise ValueError(f"the IVF holds {int(ivf.ntotal)} vectors of dim {int(ivf.d)}, the file {n} x {dim}")
+            if ivf.direct_map.type != faiss.DirectMap.Hashtable:
+                ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
             index._ivf = ivf
             index._nlist = int(meta["nlist"])
             index._built_at = int(meta["built_at"])
         return index
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the whole index (keys, vectors, IVF) to one ``.npz`` side file, atomically."""
+        write_arrays(path, self.to_arrays())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> AnnIndex:
+        """Read an index written by `save`.
+
+        Raises:
+            MissingExtra: faiss is not installed.
+            ValueError: the file is of an unknown format or inconsistent (rebuild it from the vectors).
+        """
+        with Path(path).open("rb") as fh:
+            try:
+                return cls.from_arrays(StoredArrays(fh), copy=False)
+            except KeyError as exc:
+                raise ValueError(f"{path} is not an AnnIndex file ({exc.args[0]!r} is missing)") from None
 
     # ----------------------------------------------------------------------------------------
     # Internals

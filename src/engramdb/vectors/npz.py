@@ -1,0 +1,116 @@
+"""Uncompressed ``.npz`` files for index side files: written atomically, read fast and checked.
+
+`write_arrays` writes through a temporary file and one rename, so a reader never sees a torn file.
+`StoredArrays` reads such a file member by member straight into fresh writable arrays (one copy
+from the page cache, about four times faster than `numpy.load` for a 1.5 GB matrix) and checks
+each member's CRC-32, so a damaged file is refused rather than misread. Only stored (uncompressed),
+C-order, non-object arrays are read; anything else is a `ValueError`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["StoredArrays", "write_arrays"]
+
+_LOCAL_HEADER = 30  # bytes of a zip local file header before its name and extra field
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+def write_arrays(path: str | os.PathLike[str], arrays: Mapping[str, npt.NDArray[Any]], *, mode: int = 0o644) -> None:
+    """Write `arrays` to an uncompressed ``.npz`` file at `path` with permission bits `mode`, atomically.
+
+    The data goes to a temporary file of a unique name in the same directory, then replaces `path`
+    with one rename: a reader sees the old file or the new one, never a mix, and two writers at
+    once each rename a whole file (the last one wins). The zip format's CRC-32s let a reader tell a
+    damaged file. A crash can leave a hidden ``.<name>.*.tmp`` file behind, never a torn `path`.
+    """
+    target = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        os.chmod(tmp, mode)  # mkstemp makes it private (0600)
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class StoredArrays(Mapping[str, npt.NDArray[Any]]):
+    """The arrays of an uncompressed ``.npz`` file open as `fh`, each read when first asked for.
+
+    Every access reads the member again into a new array (keep the result). The file must stay open
+    while the mapping is used; reading from one handle also means one file, even if another process
+    replaces the path meanwhile.
+
+    Raises (on construction or access):
+        ValueError: not a zip file, a damaged one (a member's size or CRC-32 is wrong), or a
+            compressed, Fortran-order or object member.
+        KeyError: no such array.
+    """
+
+    def __init__(self, fh: io.BufferedIOBase) -> None:
+        self._fh = fh
+        try:
+            with zipfile.ZipFile(fh) as zf:
+                infos = zf.infolist()
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"not a zip file ({exc})") from None
+        self._members = {i.filename.removesuffix(".npy"): i for i in infos if i.filename.endswith(".npy")}
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        info = self._members.get(name)
+        if info is None:
+            raise KeyError(name)
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ValueError(f"array {name!r} is compressed")
+        fh = self._fh
+        fh.seek(info.header_offset)
+        local = fh.read(_LOCAL_HEADER)
+        if len(local) != _LOCAL_HEADER or local[:4] != b"PK\x03\x04":
+            raise ValueError(f"bad zip header for array {name!r}")
+        start = info.header_offset + _LOCAL_HEADER + int.from_bytes(local[26:28], "little")
+        start += int.from_bytes(local[28:30], "little")
+        fh.seek(start)
+        read_header = _HEADER_READERS.get(np.lib.format.read_magic(fh))
+        if read_header is None:
+            raise ValueError(f"array {name!r} has an unsupported .npy version")
+        shape, fortran, dtype = read_header(fh)
+        if fortran or dtype.hasobject:
+            raise ValueError(f"array {name!r} is Fortran-ordered or holds objects")
+        header = fh.tell() - start
+        out = np.empty(shape, dtype=dtype)
+        if header + out.nbytes != info.file_size:
+            raise ValueError(f"array {name!r} takes {info.file_size} bytes, its header says {header + out.nbytes}")
+        buf = out.reshape(-1).data.cast("B")
+        done = 0
+        while done < len(buf):
+            got = fh.readinto(buf[done:])
+            if not got:
+                raise ValueError(f"array {name!r} is truncated")
+            done += got
+        fh.seek(start)
+        if zlib.crc32(buf, zlib.crc32(fh.read(header))) != info.CRC:
+            raise ValueError(f"array {name!r} fails its CRC-32 check")
+        return out
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)

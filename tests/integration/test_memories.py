@@ -335,3 +335,19 @@ def test_threads_remember_and_recall_at_once(eng: DynamicMemoryEngine) -> None:
         t.join()
     assert errors == []
     assert all(len(eng.agent(f"w{i}").memories()) == 120 for i in range(3))
+
+
+def test_terms_written_by_an_older_stemmer_are_restemmed_on_open(tmp_path: Path, clock: FixedClock) -> None:
+    path = tmp_path / "m.db"
+    with DynamicMemoryEngine(path, clock=clock, memory_embedder=None) as e:
+        m = e.agent("ann").remember("the rotating keys of the ports", dedup=False)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE engram_memories SET terms = 'keys of port rotating the'")  # the old light stems
+    db.execute("DELETE FROM engram_migrations WHERE version >= 9")
+    db.commit()
+    db.close()
+    with DynamicMemoryEngine(path, clock=clock, memory_embedder=None) as e:
+        a = e.agent("ann")
+        assert [h.memory.id for h in a.search("rotate key", k=3)] == [m.id]  # Porter2: rotat, key
+        row = e.store.connection("engine").raw.execute("SELECT terms FROM engram_memories").fetchone()
+        assert row[0] == "key of port rotat the"

@@ -163,3 +163,22 @@ def _m0008_instance_id(db: sqlite3.Connection) -> None:
 
 register(Migration(8, "instance_id", _m0008_instance_id))
 
+
+def _m0009_snowball_terms(db: sqlite3.Connection) -> None:
+    # Terms become Snowball (Porter2) stems (retrieval/keywords.py): re-stem every stored memory so
+    # old and new rows match the same queries. Bumping `changed` makes every cache reload them.
+    from engramdb.retrieval.keywords import cue_terms
+
+    change = int(db.execute("SELECT value FROM engram_counters WHERE name = 'memories'").fetchone()[0]) + 1
+    db.execute("UPDATE engram_counters SET value = ? WHERE name = 'memories'", (change,))
+    rows = db.execute("SELECT n, title, content, tags FROM engram_memories WHERE content <> ''").fetchall()
+    db.executemany(
+        "UPDATE engram_memories SET terms = ?, changed = ? WHERE n = ?",
+        [
+            (cue_terms(title, content, *(json.loads(tags) if tags else [])), change, n)
+            for n, title, content, tags in rows
+        ],
+    )
+
+
+register(Migration(9, "snowball_terms", _m0009_snowball_terms))

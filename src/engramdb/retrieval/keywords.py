@@ -7,6 +7,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+import snowballstemmer
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 #: Short English function words; they match almost every row and carry no topic.
@@ -167,25 +169,15 @@ def hits(text: str, kws: Iterable[str]) -> int:
     return sum(1 for k in kws if k in present)
 
 
-@functools.lru_cache(maxsize=65_536)
-def stem(word: str) -> str:
-    """A light suffix-stripper so that cue overlap matches "rotates" with "rotate" and "keys" with "key".
+#: The Snowball English (Porter2) stemmer, pure Python. Measured on LoCoMo categories 1-4, BM25
+#: recall@10 with it 0.604 against 0.586 with the light suffix-stripper it replaced.
+_STEMMER = snowballstemmer.stemmer("english")
 
-    Deliberately conservative (plural and -ing/-ed endings only); FTS5's Porter stemmer does the
-    heavy lifting for lexical candidates.
-    """
-    w = word
-    if len(w) > 4 and w.endswith("ies"):
-        w = w[:-3] + "y"
-    elif len(w) > 5 and w.endswith("ing"):
-        w = w[:-3]
-    elif (len(w) > 4 and w.endswith("ed")) or (len(w) > 3 and w.endswith("es") and w[-3] in "sxz"):
-        w = w[:-2]
-    elif len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
-        w = w[:-1]
-    if len(w) > 4 and w.endswith("e"):
-        w = w[:-1]
-    return w
+
+@functools.lru_cache(maxsize=262_144)
+def stem(word: str) -> str:
+    """The stem of a lower-cased word, so "rotates" matches "rotate" and "keys" matches "key"."""
+    return str(_STEMMER.stemWord(word))
 
 
 def cue_terms(*texts: str) -> str:

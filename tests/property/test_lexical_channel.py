@@ -43,7 +43,7 @@ def naive(db: object, stems: list[str], vis: Visibility, limit: int) -> dict[int
     rows = db.execute(f"SELECT m.n, m.terms, m.n_tokens FROM engram_memories m WHERE {pred}", params).fetchall()  # type: ignore[attr-defined]
     if not rows:
         return {}
-    docs = {n: set(terms.split()) - lc._STOP_STEMS for n, terms, _ in rows}
+    docs = {n: set(terms.split()) for n, terms, _ in rows}
     length = {n: max(float(t or 1), 1.0) for n, _, t in rows}
     avg = sum(length.values()) / len(rows)
     scores: dict[int, float] = {}

@@ -181,5 +181,6 @@ def stem(word: str) -> str:
 
 
 def cue_terms(*texts: str) -> str:
-    """The distinct stems of `texts`, space-separated and sorted: stored with each memory."""
-    return " ".join(sorted({stem(w) for t in texts for w in words(t)}))
+    """The distinct stems of `texts` but stopwords', space-separated and sorted: stored with each
+    memory for cue overlap and BM25 (queries never ask for a stopword, see `keywords`)."""
+    return " ".join(sorted({s for t in texts for w in words(t) if w not in STOPWORDS and (s := stem(w))}))

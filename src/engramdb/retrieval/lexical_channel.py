@@ -6,9 +6,9 @@ any query term — there is no top-k pruning — so its cost grows with the corp
 benchmark corpus: 15.5 ms p50 per query at 100k memories, linear beyond). Here a query term costs
 one array slice and a few vector operations over its postings, with the same BM25 formula.
 
-- Terms are the ``terms`` column (distinct stems of title, content and tags, written with each
-  memory), so term frequency is binary — memories are short — and a document's length is its
-  ``n_tokens``. Stems of stopwords are not indexed: queries never ask for them.
+- Terms are the ``terms`` column (distinct stems of title, content and tags but stopwords, written
+  with each memory), so term frequency is binary — memories are short — and a document's length is
+  its ``n_tokens``.
 - N and each term's document frequency count only what the reader can see, so BM25's statistics
   carry nothing from other tenants or other agents' private memories; the average length is over
   the same visible set.
@@ -33,7 +33,6 @@ import numpy.typing as npt
 
 from engramdb.memories.store import Visibility, current_change
 from engramdb.retrieval.columns import VisibilityColumns
-from engramdb.retrieval.keywords import STOPWORDS, stem
 
 K1 = 1.2
 B = 0.75
@@ -42,7 +41,6 @@ MERGE_AT = 50_000
 #: a refresh with more changed rows than this is indexed straight into the main postings
 BULK = 20_000
 
-_STOP_STEMS = frozenset(stem(w) for w in STOPWORDS)
 _EMPTY = np.zeros(0, dtype=np.int32)
 
 
@@ -104,7 +102,7 @@ class LexicalChannel:
 
     def _term_ids(self, terms: str) -> list[int]:
         vocab = self._vocab
-        return [vocab.setdefault(t, len(vocab)) for t in terms.split() if t not in _STOP_STEMS]
+        return [vocab.setdefault(t, len(vocab)) for t in terms.split()]
 
     def _apply(self, rows: Sequence[tuple[Any, ...]]) -> None:
         keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -127,7 +125,7 @@ class LexicalChannel:
                 self._delta.setdefault(t, set()).add(key)
             self._delta_count += len(ids)
         if self._delta_count > max(MERGE_AT, len(self._ids) // 10):
-            self._merge(_EMPTY.astype(np.int64), _EMPTY)
+            self._merge(_EMPTY, _EMPTY)
 
     def _bulk(self, keys: npt.NDArray[np.int64], texts: list[str]) -> None:
         """Index many rows straight into the main postings (a first load, a large import)."""
@@ -140,12 +138,8 @@ class LexicalChannel:
         counts = [t.count(" ") + 1 if t else 0 for t in texts]
         for t in sorted(set(flat).difference(vocab)):
             vocab[t] = len(vocab)
-        terms = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
-        owners = np.repeat(keys.astype(np.int32), counts)
-        stop = np.zeros(len(vocab), dtype=np.bool_)
-        stop[[i for t, i in vocab.items() if t in _STOP_STEMS]] = True
-        keep = ~stop[terms]
-        self._merge(terms[keep], owners[keep])
+        terms = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int32, count=len(flat))
+        self._merge(terms, np.repeat(keys.astype(np.int32), counts))
 
     def _retire(self, key: int) -> None:
         """Take `key`'s current postings out of use (main: marked stale; delta: removed)."""
@@ -158,14 +152,14 @@ class LexicalChannel:
                 self._delta[t].discard(key)
             self._delta_count -= len(old)
 
-    def _merge(self, extra_terms: npt.NDArray[np.int64], extra_keys: npt.NDArray[np.int32]) -> None:
+    def _merge(self, extra_terms: npt.NDArray[np.int32], extra_keys: npt.NDArray[np.int32]) -> None:
         """Rebuild the main postings from the live main postings, the delta and `extra` pairs."""
         counts = np.diff(self._indptr)
-        main_terms = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        main_terms = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         live = ~self._stale[self._ids]
         d_terms = [t for t, keys in self._delta.items() for _ in keys]
         d_keys = [k for keys in self._delta.values() for k in keys]
-        terms = np.concatenate([main_terms[live], np.asarray(d_terms, dtype=np.int64), extra_terms])
+        terms = np.concatenate([main_terms[live], np.asarray(d_terms, dtype=np.int32), extra_terms])
         keys = np.concatenate([self._ids[live], np.asarray(d_keys, dtype=np.int32), extra_keys])
         order = np.argsort(terms, kind="stable")
         self._ids = np.ascontiguousarray(keys[order], dtype=np.int32)

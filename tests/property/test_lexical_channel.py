@@ -4,6 +4,7 @@ merge into the main postings and the bulk path alike."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 from pathlib import Path
@@ -35,6 +36,8 @@ op = st.one_of(
     st.tuples(st.just("update"), st.integers(0, 40), sentence),
     st.tuples(st.just("forget"), st.integers(0, 40)),
     st.tuples(st.just("search"), st.sampled_from(TENANTS), st.sampled_from(AGENTS), sentence, st.integers(0, 2)),
+    st.tuples(st.just("recall"), st.sampled_from(TENANTS), st.sampled_from(AGENTS), sentence),
+    st.tuples(st.just("rescore"), st.integers(0, 40), st.floats(0, 10)),
 )
 
 
@@ -78,6 +81,12 @@ def test_channel_matches_a_direct_bm25(
                     a = eng.agent(agent, tenant=tenant)
                     m = a.remember(text, shared=shared, confidentiality=Confidentiality(level), dedup=False, force=True)
                     ids.append((tenant, agent, m.id))
+                elif o[0] == "recall":  # moves access rings (and strengths) of what it returns
+                    eng.agent(o[2], tenant=o[1]).recall(o[3], k=3)
+                elif o[0] == "rescore" and ids:
+                    tenant, agent, mid = ids[o[1] % len(ids)]
+                    with contextlib.suppress(EngramError):
+                        eng.agent(agent, tenant=tenant).update(mid, importance=o[2])
                 elif o[0] in ("update", "forget") and ids:
                     tenant, agent, mid = ids[o[1] % len(ids)]
                     a = eng.agent(agent, tenant=tenant)
@@ -101,6 +110,21 @@ def test_channel_matches_a_direct_bm25(
                     if got:
                         cut = min(got.values())
                         assert all(s <= cut + 1e-4 for n, s in want.items() if n not in got)
+                    # recall's scoring fields and cue overlap, from memory, equal the stored rows'
+                    pred, params = vis.sql("m")
+                    rows = db.execute(
+                        "SELECT m.n, m.type, m.importance, m.ring, m.old_count, m.old_newest, m.old_oldest, m.terms "
+                        f"FROM engram_memories m WHERE {pred} ORDER BY m.n",
+                        params,
+                    ).fetchall()
+                    distinct = set(stems)
+                    expected = [
+                        (n, t, imp, ring, (oc, on, oo), round(len(distinct & set(terms.split())) / len(distinct), 9))
+                        for n, t, imp, ring, oc, on, oo, terms in rows
+                    ]
+                    every = list(range(0, 60))
+                    fields = recaller.lexical.fields(every, vis, stems)
+                    assert sorted((*f[:5], round(f[5], 9)) for f in fields) == expected
         finally:
             eng.close()
 

@@ -32,6 +32,10 @@ class Codes:
     def find(self, value: str) -> int:
         return self._codes.get(value, -1)
 
+    def names(self) -> list[str]:
+        """The strings by code (``names()[code]``)."""
+        return list(self._codes)
+
 
 class VisibilityColumns:
     """tenant, owner, confidentiality, archived, validity and type of each cached row."""

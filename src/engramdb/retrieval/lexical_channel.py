@@ -53,6 +53,12 @@ class LexicalChannel:
         self.cols = VisibilityColumns()
         self._size = 0  # 1 + the largest key seen
         self._length = np.ones(len(self.cols), dtype=np.float32)
+        # The scoring fields recall needs of a candidate besides its text (see `fields`).
+        self._importance = np.zeros(len(self.cols), dtype=np.float64)
+        self._old_count = np.zeros(len(self.cols), dtype=np.int64)
+        self._old_newest = np.full(len(self.cols), np.nan)
+        self._old_oldest = np.full(len(self.cols), np.nan)
+        self._ring: list[bytes | None] = [None] * len(self.cols)
         self._sig = np.zeros(len(self.cols), dtype=np.int64)  # hash of each row's terms text
         self._vocab: dict[str, int] = {}
         # main postings: the keys holding term t are _ids[_indptr[t]:_indptr[t + 1]], for t < len(_indptr) - 1
@@ -74,8 +80,8 @@ class LexicalChannel:
             if latest == self._seen:
                 return
             rows = db.execute(
-                "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens "
-                "FROM engram_memories WHERE changed > ?",
+                "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens, "
+                "importance, ring, old_count, old_newest, old_oldest FROM engram_memories WHERE changed > ?",
                 (self._seen,),
             ).fetchall()
             if rows:
@@ -97,6 +103,11 @@ class LexicalChannel:
             return out
 
         self._length = grown(self._length, 1.0)  # type: ignore[assignment]
+        self._importance = grown(self._importance, 0.0)  # type: ignore[assignment]
+        self._old_count = grown(self._old_count, 0)  # type: ignore[assignment]
+        self._old_newest = grown(self._old_newest, np.nan)
+        self._old_oldest = grown(self._old_oldest, np.nan)
+        self._ring.extend([None] * (new - cap))
         self._sig = grown(self._sig, 0)  # type: ignore[assignment]
         self._stale = grown(self._stale, 0)  # type: ignore[assignment]
 
@@ -108,6 +119,13 @@ class LexicalChannel:
         keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         self.cols.set_many(keys, [r[1:8] for r in rows])
         self._length[keys] = [max(float(r[9] or 1), 1.0) for r in rows]
+        self._importance[keys] = [r[10] for r in rows]
+        self._old_count[keys] = [r[12] or 0 for r in rows]
+        self._old_newest[keys] = [np.nan if r[13] is None else r[13] for r in rows]
+        self._old_oldest[keys] = [np.nan if r[14] is None else r[14] for r in rows]
+        ring = self._ring
+        for r in rows:
+            ring[r[0]] = r[11]
         sigs = np.fromiter((hash(r[8]) for r in rows), dtype=np.int64, count=len(rows))
         moved = np.flatnonzero(sigs != self._sig[keys])  # an access or a score changed, not the text
         if not len(moved):
@@ -161,7 +179,7 @@ class LexicalChannel:
         d_keys = [k for keys in self._delta.values() for k in keys]
         terms = np.concatenate([main_terms[live], np.asarray(d_terms, dtype=np.int32), extra_terms])
         keys = np.concatenate([self._ids[live], np.asarray(d_keys, dtype=np.int32), extra_keys])
-        order = np.argsort(terms, kind="stable")
+        order = np.lexsort((keys, terms))  # by term, then key: `_holds` bisects a term's keys
         self._ids = np.ascontiguousarray(keys[order], dtype=np.int32)
         self._indptr = np.zeros(len(self._vocab) + 1, dtype=np.int64)
         np.cumsum(np.bincount(terms, minlength=len(self._vocab)), out=self._indptr[1:])
@@ -181,6 +199,59 @@ class LexicalChannel:
         if extra:
             ids = np.concatenate([ids, np.fromiter(extra, dtype=np.int32, count=len(extra))])
         return ids
+
+    def _holds(self, t: int, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which of `keys` hold term `t` now."""
+        main = self._ids[self._indptr[t] : self._indptr[t + 1]] if t + 1 < len(self._indptr) else _EMPTY
+        held = np.zeros(len(keys), dtype=np.bool_)
+        if len(main):
+            at = np.minimum(np.searchsorted(main, keys), len(main) - 1)
+            held = main[at] == keys
+            if self._n_stale:
+                held &= ~self._stale[keys]
+        extra = self._delta.get(t)
+        if extra:
+            held |= np.fromiter((k in extra for k in keys.tolist()), dtype=np.bool_, count=len(keys))
+        return held
+
+    def fields(
+        self, keys: Sequence[int], vis: Visibility, stems: Iterable[str], *, types: frozenset[str] | None = None
+    ) -> list[tuple[int, str, float, bytes | None, tuple[int, float | None, float | None], float]]:
+        """Recall's scoring fields of those `keys` that `vis` may see (and of `types`): (key, type,
+        importance, access ring, (older count, newest, oldest), cue overlap with `stems`) — read
+        from memory, not from the rows."""
+        with self._lock:
+            n = self._size
+            ks = np.asarray([k for k in keys if 0 <= k < n], dtype=np.int64)
+            if not len(ks):
+                return []
+            ks = ks[self.cols.visible(vis, n, types)[ks]]
+            distinct = list(dict.fromkeys(stems))
+            hits = np.zeros(len(ks), dtype=np.int64)
+            for s in distinct:
+                t = self._vocab.get(s)
+                if t is not None:
+                    hits += self._holds(t, ks)
+            cue = hits / len(distinct) if distinct else np.zeros(len(ks))
+            names = self.cols.types.names()
+            out = []
+            for i, k in enumerate(ks.tolist()):
+                newest, oldest = self._old_newest[k], self._old_oldest[k]
+                out.append(
+                    (
+                        k,
+                        names[self.cols.type[k]],
+                        float(self._importance[k]),
+                        self._ring[k],
+                        (
+                            int(self._old_count[k]),
+                            None if np.isnan(newest) else float(newest),
+                            None if np.isnan(oldest) else float(oldest),
+                        ),
+                        float(cue[i]),
+                    )
+                )
+            return out
 
     def search(
         self, stems: Iterable[str], limit: int, vis: Visibility, *, types: frozenset[str] | None = None

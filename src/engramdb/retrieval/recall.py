@@ -46,7 +46,6 @@ class _Cand:
     n: int
     mtype: str
     importance: float
-    terms: frozenset[str]
     ring: tuple[float, ...]
     old: tuple[int, float | None, float | None]
     cos: float = 0.0
@@ -98,29 +97,14 @@ class Recaller:
     # -- candidates ---------------------------------------------------------------------------
 
     def _candidates(
-        self, db: sqlite3.Connection, ns: Sequence[int], vis: Visibility, types: frozenset[str] | None
+        self, ns: Sequence[int], vis: Visibility, types: frozenset[str] | None, qstems: Sequence[str]
     ) -> dict[int, _Cand]:
-        """The scoring fields of the visible memories among `ns` (not the wide rows)."""
-        if not ns:
-            return {}
-        pred, params = vis.sql("m")
-        out: dict[int, _Cand] = {}
-        for start in range(0, len(ns), 500):
-            chunk = list(ns[start : start + 500])
-            marks = ",".join(f":n{i}" for i in range(len(chunk)))
-            sql = (
-                "SELECT m.n, m.type, m.importance, m.terms, m.ring, m.old_count, m.old_newest, m.old_oldest "  # noqa: S608
-                f"FROM engram_memories m WHERE m.n IN ({marks}) AND {pred}"
-            )
-            for n, mtype, imp, terms, ring, oc, on, oo in db.execute(
-                sql, dict(params, **{f"n{i}": n for i, n in enumerate(chunk)})
-            ):
-                if types and mtype not in types:
-                    continue
-                out[int(n)] = _Cand(
-                    int(n), mtype, float(imp), frozenset(terms.split()), unpack_times(ring), (oc, on, oo)
-                )
-        return out
+        """The scoring fields of the visible memories among `ns` (from the lexical channel's cache
+        of them, refreshed at the start of the recall), with their cue overlap with the query."""
+        return {
+            n: _Cand(n, mtype, importance, unpack_times(ring), old, cue=cue)
+            for n, mtype, importance, ring, old, cue in self.lexical.fields(ns, vis, qstems, types=types)
+        }
 
     def _fetch(self, db: sqlite3.Connection, ns: Sequence[int], vis: Visibility) -> dict[int, Memory]:
         if not ns:
@@ -213,7 +197,7 @@ class Recaller:
             self.channel.refresh(db)
             qvec = self.embedder.embed([query])[0]
             vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
-        cands = self._candidates(db, list(dict.fromkeys([*lexical, *vector])), vis, type_names)
+        cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, list(qstems))
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
         self._features(list(cands.values()), qvec, vector, qstems, now)
@@ -226,7 +210,7 @@ class Recaller:
         )
         newcomers = [n for n in spread if n not in cands]
         if newcomers:
-            fresh = list(self._candidates(db, newcomers, vis, type_names).values())
+            fresh = list(self._candidates(newcomers, vis, type_names, list(qstems)).values())
             self._features(fresh, qvec, {}, qstems, now)
             self._normalise(fresh, bounds)
             cands.update({c.n: c for c in fresh})
@@ -272,9 +256,7 @@ class Recaller:
             missing = [c.n for c in cands if c.n not in vector]
             cosines = {**self.channel.cosines(qvec, missing), **vector}
         for c in cands:
-            c.cos = max(cosines.get(c.n, 0.0), 0.0)
-            if qstems:
-                c.cue = len(qstems & c.terms) / len(qstems)
+            c.cos = max(cosines.get(c.n, 0.0), 0.0)  # c.cue comes with the candidate (`_candidates`)
             old_count, old_newest, old_oldest = c.old
             b = scoring.base_level(
                 c.ring,

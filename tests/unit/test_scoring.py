@@ -114,3 +114,36 @@ def test_config_rejects_nonsense() -> None:
         ScoringConfig(lam=1.5)
     with pytest.raises(ValueError):
         ScoringConfig(decay=1.0)
+
+
+@given(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1))
+def test_relevance_with_bm25_is_still_a_convex_mix(cos: float, cue: float, bm25: float, lam: float, mu: float) -> None:
+    r = scoring.relevance(cos, cue, lam, bm25, mu)
+    assert min(cos, cue, bm25) - 1e-12 <= r <= max(cos, cue, bm25) + 1e-12
+    assert scoring.relevance(cos, cue, lam, bm25, 0.0) == pytest.approx(scoring.relevance(cos, cue, lam))
+    assert scoring.relevance(cos, cue, lam, bm25, 1.0) == pytest.approx(bm25)
+
+
+def test_spread_combines_by_sum_or_by_the_strongest_contribution() -> None:
+    # 1 and 2 both point at 3; 3 points at 4.
+    graph = {1: [(3, False, 1.0)], 2: [(3, False, 1.0)], 3: [(4, False, 1.0)]}
+
+    def neighbours(nodes: object) -> dict[int, list[tuple[int, bool, float]]]:
+        return {n: graph.get(n, []) for n in nodes}  # type: ignore[attr-defined]
+
+    one = 0.6 * 0.6  # other factor × hop decay
+    summed = scoring.spread({1: 1.0, 2: 0.5}, neighbours, ScoringConfig(hops=2, spread_combine="sum"))
+    assert summed[3] == pytest.approx(1.5 * one) and summed[4] == pytest.approx(1.5 * one * one)
+    strongest = scoring.spread({1: 1.0, 2: 0.5}, neighbours, ScoringConfig(hops=2, spread_combine="max"))
+    assert strongest[3] == pytest.approx(one) and strongest[4] == pytest.approx(one * one)
+    # hops still add up: a node reached in two hops keeps what each hop brought
+    echo = {1: [(2, False, 1.0)], 2: [(1, False, 1.0)]}
+    got = scoring.spread({1: 1.0}, lambda ns: {n: echo[n] for n in ns}, ScoringConfig(hops=2, spread_combine="max"))
+    assert got == {2: pytest.approx(one), 1: pytest.approx(one * one)}
+
+
+def test_config_rejects_a_bad_mu_or_combine() -> None:
+    with pytest.raises(ValueError, match="mu"):
+        ScoringConfig(mu=-0.1)
+    with pytest.raises(ValueError, match="spread_combine"):
+        ScoringConfig(spread_combine="mean")

@@ -2,12 +2,18 @@
 
 ::
 
-    rel(m, q) = λ·cos(m, q) + (1 − λ)·cue(m, q)                 encoding specificity
+    rel(m, q) = (1 − μ)·(λ·cos^ + (1 − λ)·cue) + μ·bm25~        encoding specificity
     B(m)      = ln Σ_k max(now − t_k, 1 s)^−d                    ACT-R base-level activation
     rec(m)    = σ(B(m))
     imp(m)    = importance / 10
     S_base    = a_rel·rel^ + a_rec·rec^ + a_imp·imp^             ^ = min-max over the candidates
     S         = S_base + γ·spread                                spreading over typed edges
+
+cos^ is min-max over the candidates (with ``cos_minmax``, else the raw cosine) and bm25~ is BM25
+over the best candidate's BM25, so that the channels are mixed on comparable scales: cosines of a
+static embedding bunch up in a narrow band (0.75-0.95 among one query's candidates on LoCoMo), so
+unscaled they barely move rel, and raw BM25 is unbounded. What a node receives from spreading in
+one hop is the sum of its contributions (ACT-R) or, with ``spread_combine="max"``, the largest.
 
 The base level uses every deliberate access: the recent ones exactly, and the older remainder
 through Petrov's (2006) closed form, which treats the n − k older accesses as spread evenly
@@ -30,12 +36,22 @@ N = TypeVar("N")
 
 @dataclass(frozen=True, slots=True)
 class ScoringConfig:
-    """Every constant of recall scoring; defaults as nooa-memory's."""
+    """Every constant of recall scoring.
 
-    lam: float = 0.7  # λ: weight of cosine against cue overlap in rel
+    Spec 001 started from nooa-memory's values (λ 0.7, a_rec 0.5, γ 0.5, summed spread, BM25 only
+    choosing candidates). λ, μ, γ and ``spread_combine`` are fitted on LoCoMo by
+    benchmarks/tune_scorer.py (conversations 0-6; on the held-out 7-9, evidence recall@10 rose
+    from 0.577 to 0.675 and recall@1 from 0.25 to 0.35). a_rec is held at 0.1 rather than the fit's
+    0: LoCoMo shows what recency costs, not what it buys an agent. a_imp and the candidate count
+    are not LoCoMo's to fit. See docs/locomo.md.
+    """
+
+    lam: float = 0.9  # λ: weight of cosine against cue overlap in rel (spec 001: 0.7)
+    mu: float = 0.1  # μ: share of BM25 (over the best candidate's) in rel; 0 = BM25 only picks candidates
+    cos_minmax: bool = False  # min-max cos over the candidates before mixing (static-embedding cosines bunch up)
     decay: float = 0.5  # d: power-law decay of each access
     w_rel: float = 1.0
-    w_rec: float = 0.5
+    w_rec: float = 0.1  # a_rec (spec 001: 0.5, which costs 0.065 recall@10 on LoCoMo)
     w_imp: float = 0.5
     hops: int = 1
     hop_decay: float = 0.6  # activation kept per hop
@@ -43,23 +59,28 @@ class ScoringConfig:
     causal_factor: float = 1.0
     other_factor: float = 0.6
     floor: float = 0.05  # contributions below this are dropped
-    gamma: float = 0.5  # weight of spread in the final score
+    gamma: float = 0.75  # weight of spread in the final score (spec 001: 0.5)
     ring_size: int = 64  # accesses kept exactly on the record
     min_age: float = 1.0  # seconds; an access is never younger than this
     candidates: int = 50  # per channel (lexical, vector)
+    spread_combine: str = "max"  # "max" or "sum" (ACT-R, spec 001): how contributions reaching one node add up
 
     def __post_init__(self) -> None:
         if not 0 <= self.lam <= 1:
             raise ValueError("lam must be in [0, 1]")
+        if not 0 <= self.mu <= 1:
+            raise ValueError("mu must be in [0, 1]")
+        if self.spread_combine not in ("sum", "max"):
+            raise ValueError('spread_combine must be "sum" or "max"')
         if not 0 < self.decay < 1:
             raise ValueError("decay must be in (0, 1)")
         if self.hops < 0 or self.fanout < 0 or self.ring_size < 1 or self.candidates < 1:
             raise ValueError("hops, fanout must be >= 0; ring_size, candidates >= 1")
 
 
-def relevance(cos: float, cue: float, lam: float) -> float:
-    """λ·cos + (1 − λ)·cue."""
-    return lam * cos + (1.0 - lam) * cue
+def relevance(cos: float, cue: float, lam: float, bm25: float = 0.0, mu: float = 0.0) -> float:
+    """(1 − μ)·(λ·cos + (1 − λ)·cue) + μ·bm25: a convex mix of signals each in [0, 1]."""
+    return (1.0 - mu) * (lam * cos + (1.0 - lam) * cue) + mu * bm25
 
 
 def sigmoid(x: float) -> float:
@@ -135,11 +156,14 @@ def spread(seeds: Mapping[N, float], neighbours: Neighbours[N], cfg: ScoringConf
 
     Each hop follows at most `fanout` edges per node (strongest first); a contribution is
     source activation × edge weight × (causal or other factor) × hop decay, and is dropped below
-    `floor`. Only what `neighbours` returns can receive or relay activation, so visibility is
+    `floor`. What one node receives in a hop is the sum of its contributions, or the largest one
+    with ``spread_combine="max"`` (then two weak neighbours never outweigh one strong one); hops
+    add up. Only what `neighbours` returns can receive or relay activation, so visibility is
     decided before a node enters the next frontier.
     """
     received: dict[N, float] = {}
     frontier = {n: a for n, a in seeds.items() if a > 0}
+    strongest = cfg.spread_combine == "max"
     for _ in range(cfg.hops):
         if not frontier:
             break
@@ -151,7 +175,9 @@ def spread(seeds: Mapping[N, float], neighbours: Neighbours[N], cfg: ScoringConf
                 contrib = activation * weight * (cfg.causal_factor if causal else cfg.other_factor) * cfg.hop_decay
                 if contrib < cfg.floor:
                     continue
-                received[target] = received.get(target, 0.0) + contrib
-                nxt[target] = nxt.get(target, 0.0) + contrib
+                held = nxt.get(target, 0.0)
+                nxt[target] = max(held, contrib) if strongest else held + contrib
+        for target, got in nxt.items():
+            received[target] = received.get(target, 0.0) + got
         frontier = nxt
     return received

@@ -272,22 +272,26 @@ class Recaller:
     def _normalise(
         self, cands: list[_Cand], bounds: dict[str, tuple[float, float]] | None = None
     ) -> dict[str, tuple[float, float]]:
-        """Min-max over the candidates; spread-only nodes reuse the candidates' bounds, clipped."""
+        """Min-max over the candidates (first the cosines, with ``cos_minmax``, and BM25 over the
+        best candidate's, when μ > 0); spread-only nodes reuse the candidates' bounds, clipped."""
         cfg = self.config
+        if bounds is None:
+            bounds = {
+                "cos": _span([c.cos for c in cands]),
+                "bm25": (0.0, max((c.bm25 for c in cands), default=0.0)),
+            }
+        cos = _scaled([c.cos for c in cands], *bounds["cos"]) if cfg.cos_minmax else [c.cos for c in cands]
+        bm25 = _scaled([c.bm25 for c in cands], *bounds["bm25"]) if cfg.mu else [0.0] * len(cands)
         raw = {
-            "rel": [scoring.relevance(c.cos, c.cue, cfg.lam) for c in cands],
+            "rel": [
+                scoring.relevance(cs, c.cue, cfg.lam, bm, cfg.mu) for c, cs, bm in zip(cands, cos, bm25, strict=True)
+            ],
             "rec": [c.raw_rec for c in cands],
             "imp": [scoring.importance_score(c.importance) for c in cands],
         }
-        if bounds is None:
-            bounds = {key: (min(v), max(v)) if v else (0.0, 0.0) for key, v in raw.items()}
-        norm: dict[str, list[float]] = {}
-        for key, values in raw.items():
-            lo, hi = bounds[key]
-            if hi - lo < 1e-12:
-                norm[key] = [1.0 if v > 0 else 0.0 for v in values]
-            else:
-                norm[key] = [min(max((v - lo) / (hi - lo), 0.0), 1.0) for v in values]
+        if "rel" not in bounds:
+            bounds.update({key: _span(v) for key, v in raw.items()})
+        norm = {key: _scaled(values, *bounds[key]) for key, values in raw.items()}
         for i, c in enumerate(cands):
             c.rel, c.rec, c.imp = norm["rel"][i], norm["rec"][i], norm["imp"][i]
             c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg)
@@ -340,6 +344,17 @@ class Recaller:
             )
 
 
+def _span(values: Sequence[float]) -> tuple[float, float]:
+    return (min(values), max(values)) if values else (0.0, 0.0)
+
+
+def _scaled(values: Sequence[float], lo: float, hi: float) -> list[float]:
+    """Min-max to [0, 1] by (lo, hi), clipped; a zero-width span maps to 1 where positive, else 0."""
+    if hi - lo < 1e-12:
+        return [1.0 if v > 0 else 0.0 for v in values]
+    return [min(max((v - lo) / (hi - lo), 0.0), 1.0) for v in values]
+
+
 def _memory(c: _Cand) -> Memory:
     assert c.memory is not None
     return c.memory
@@ -386,10 +401,13 @@ def explained_from_json(d: dict[str, Any]) -> Explained:
 def _weights(cfg: scoring.ScoringConfig) -> dict[str, float]:
     return {
         "lam": cfg.lam,
+        "mu": cfg.mu,
+        "cos_minmax": float(cfg.cos_minmax),
         "decay": cfg.decay,
         "w_rel": cfg.w_rel,
         "w_rec": cfg.w_rec,
         "w_imp": cfg.w_imp,
         "gamma": cfg.gamma,
         "hop_decay": cfg.hop_decay,
+        "spread_max": float(cfg.spread_combine == "max"),
     }

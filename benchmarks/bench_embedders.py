@@ -37,46 +37,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import locomo
+from locomo import DEFAULT_DATA
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = Path("/work/shared/data/locomo/locomo10.json")
 RESULTS = REPO / "benchmarks" / "results" / "embedders.json"
 K = 10
 BATCH = 256
 SINGLE_SAMPLE = 1000  # texts embedded one per call (the teacher is slow one at a time)
-# An evidence id: "D<session>:<turn>", tolerating the released typos "D:11:26" and "D30:05".
-_EVIDENCE = re.compile(r"^D:?(\d+):0*(\d+)$")
 
 Conversation = tuple[list[str], list[tuple[str, set[int]]]]
 
 
 def load_locomo(path: Path) -> list[Conversation]:
-    """Per conversation: turn texts in order, and (question, gold turn indices) for categories 1-4."""
-    conversations: list[Conversation] = []
-    for sample in json.loads(path.read_text(encoding="utf-8")):
-        conv = sample["conversation"]
-        turns: list[tuple[str, str]] = []
-        session = 1
-        while f"session_{session}" in conv:
-            turns += [(t["dia_id"], f"{t['speaker']}: {t['text']}") for t in conv[f"session_{session}"]]
-            session += 1
-        position = {dia_id: i for i, (dia_id, _) in enumerate(turns)}
-        queries: list[tuple[str, set[int]]] = []
-        for qa in sample["qa"]:
-            if qa["category"] not in (1, 2, 3, 4):
-                continue
-            gold: set[int] = set()
-            for entry in qa.get("evidence", []):
-                # Several ids can share one string ("D8:6; D9:17", "D9:1 D4:4 D4:6").
-                for part in re.split(r"[;\s]+", entry.strip()):
-                    match = _EVIDENCE.match(part)
-                    if match:
-                        dia_id = f"D{int(match.group(1))}:{int(match.group(2))}"
-                        if dia_id in position:  # drops "D" and ids past the end of a session
-                            gold.add(position[dia_id])
-            if gold:
-                queries.append((qa["question"], gold))
-        conversations.append(([text for _, text in turns], queries))
-    return conversations
+    """Per conversation: turn texts in order, and (question, gold turn indices) for categories 1-4.
+
+    The shared loader (benchmarks/locomo.py) parses the file and normalises malformed evidence ids.
+    """
+    return [
+        ([t.content for t in conv.turns], [(q.question, set(q.gold)) for q in conv.questions])
+        for conv in locomo.load_locomo(path, categories=(1, 2, 3, 4))
+    ]
 
 
 def rss_mb() -> float:

@@ -33,7 +33,7 @@ REPO_ROOT = PEERS_DIR.parent.parent
 #: peer name -> (venv directory name, runner script, commands it accepts)
 PEERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "naqsha": ("naqsha", "naqsha_runner.py", ("sql_bench",)),
-    "nooa": ("nooa", "nooa_runner.py", ("recall_bench", "reflect_bench")),
+    "nooa": ("nooa", "nooa_runner.py", ("recall_bench", "recall_many", "reflect_bench")),
 }
 
 

@@ -4,6 +4,7 @@ Usage::
 
     <repo>/.bench/venvs/nooa/bin/python nooa_runner.py recall_bench in.json out.json
     <repo>/.bench/venvs/nooa/bin/python nooa_runner.py reflect_bench in.json out.json
+    <repo>/.bench/venvs/nooa/bin/python nooa_runner.py recall_many in.json out.json
 
 The measured path is nooa's own ``MemoryManager`` (``remember`` / ``recall`` /
 ``reflect``), built on a minimal stand-in host object: ``MemoryManager`` only
@@ -409,10 +410,22 @@ def recall_bench(p: dict[str, Any]) -> dict[str, Any]:
     return _run(p, reflect_default=False)
 
 
+def recall_many(p: dict[str, Any]) -> dict[str, Any]:
+    """``recall_bench`` on each payload of ``haystacks`` in turn, each in its own fresh store,
+    in one process (nooa's import alone takes seconds). Returns ``{"runs": [output, ...]}``."""
+    return {"runs": [_run(dict(h), reflect_default=False) for h in p.get("haystacks", [])]}
+
+
 def reflect_bench(p: dict[str, Any]) -> dict[str, Any]:
     """Add memories, run one reflection pass, then recall any queries given."""
     return _run(p, reflect_default=True)
 
 
 if __name__ == "__main__":
-    sys.exit(_common.main("nooa-memory", _version, {"recall_bench": recall_bench, "reflect_bench": reflect_bench}))
+    sys.exit(
+        _common.main(
+            "nooa-memory",
+            _version,
+            {"recall_bench": recall_bench, "recall_many": recall_many, "reflect_bench": reflect_bench},
+        )
+    )

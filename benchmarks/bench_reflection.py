@@ -195,7 +195,7 @@ def run_engramdb(items: list[corpus.MemorySpec], workdir: Path, kind: str, n_que
         "recall_p50_ms": round(sorted(lat[1:])[len(lat[1:]) // 2] * 1e3, 2) if len(lat) > 1 else None,
         "reflection_rows_share": round(stats.reflection_rows_share, 4),
         "reflection_reads_share": round(stats.reflection_reads_share, 4),
-        "db_bytes": sum(f.stat().st_size for f in workdir.glob("engram.db*")),
+        "db_bytes": sum(f.stat().st_size for f in workdir.glob("engram.db*") if ".vectors-" not in f.name),
         "_vectors": str(vec_path),
     }
 

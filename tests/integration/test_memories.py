@@ -351,3 +351,24 @@ def test_terms_written_by_an_older_stemmer_are_restemmed_on_open(tmp_path: Path,
         assert [h.memory.id for h in a.search("rotate key", k=3)] == [m.id]  # Porter2: rotat, key
         row = e.store.connection("engine").raw.execute("SELECT terms FROM engram_memories").fetchone()
         assert row[0] == "key port rotat"  # stopwords are not stored
+
+
+def test_an_access_does_not_re_add_an_unchanged_vector(eng: DynamicMemoryEngine, me: Agent) -> None:
+    kept = me.remember("the deploy key rotates on Fridays")
+    me.recall("deploy key")  # loads the cache
+    channel = eng.vectors
+    assert channel is not None
+    added: list[list[int]] = []
+    upsert = channel.index.upsert
+
+    def spy(keys, vectors):  # type: ignore[no-untyped-def]
+        added.append(keys.tolist())
+        return upsert(keys, vectors)
+
+    channel.index.upsert = spy  # type: ignore[method-assign]
+    me.recall("deploy key")  # the last recall touched `kept`: only its ring changed
+    me.recall("deploy key")
+    assert added == []
+    me.update(kept.id, content="the deploy key rotates on Mondays")
+    me.recall("deploy key")
+    assert len(added) == 1  # a new text is a new vector

@@ -140,7 +140,16 @@ class VectorChannel:
             return
         keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         vecs = np.frombuffer(b"".join(r[9] for r in rows), dtype=np.float32).reshape(len(rows), self.index.dim)
-        self.index.upsert(keys, vecs)
+        # Most changed rows are changed by an access (ring, strength), not a new vector: re-adding an
+        # unchanged vector to the IVF cost ~14 ms per recall at 1M memories (the hits of the last one).
+        fresh = np.ones(len(rows), dtype=np.bool_)
+        known = np.flatnonzero([self.index.row_of(r[0]) is not None for r in rows])
+        if len(known):
+            fresh[known[np.all(self.index.vectors_of(keys[known]) == vecs[known], axis=1)]] = False
+        if fresh.all():
+            self.index.upsert(keys, vecs)
+        elif fresh.any():
+            self.index.upsert(keys[fresh], vecs[fresh])
         n = len(self.index)
         self.cols.grow(n)
         rows_of = np.fromiter((self.index.row_of(r[0]) for r in rows), dtype=np.int64, count=len(rows))
@@ -151,7 +160,7 @@ class VectorChannel:
                 grown[: len(self._changed)] = self._changed
                 self._changed = grown
             self._changed[rows_of] = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-        self._dirty += len(rows)
+        self._dirty += int(np.count_nonzero(fresh))
 
     def _restore(self, db: sqlite3.Connection, latest: int) -> None:
         """Adopt the side file when it fits this database (see the module docstring); else nothing."""

@@ -26,14 +26,20 @@ format: $(PY)
 typecheck: $(PY)
 	$(PY) -m mypy
 
-# The fast subset (peers are set up on first use): engine, recall and reflection at 10k.
+# The fast subset (about a minute on 2 cores): the SQL engine against bare sqlite3 and naqsha; recall,
+# reflection and scale at 10k; LoCoMo against grep and FTS5. The peers that take minutes (nooa; naqsha
+# on LoCoMo) and the larger sizes are in bench-full.
 bench: $(PY)
 	bash benchmarks/peers/setup.sh
 	$(PY) benchmarks/bench_sql_engine.py --sizes 10000
-	$(PY) benchmarks/bench_recall.py --sizes 10000 --peer-sizes 10000
-	$(PY) benchmarks/bench_reflection.py --sizes 10000 --peer-sizes 10000
+	$(PY) benchmarks/bench_recall.py --sizes 10000 --peer-sizes
+	$(PY) benchmarks/bench_reflection.py --sizes 10000 --peer-sizes
+	$(PY) benchmarks/bench_scale.py --sizes 10000 --name scale-quick
+	$(PY) benchmarks/bench_locomo.py --systems grep,fts5,fts5-porter,engramdb
 
-# Everything, at every size (an hour or more on 2 cores; the vector index run embeds 1M texts).
+# Everything, at every size (two hours or more on 2 cores: the vector index run embeds 1M texts and the
+# scale run builds 1M memories). SCALE_ARGS="--cache-dir .bench/scale" reuses built scale databases.
+SCALE_ARGS ?=
 bench-full: $(PY)
 	bash benchmarks/peers/setup.sh
 	$(PY) benchmarks/bench_sql_engine.py --sizes 10000 100000
@@ -42,6 +48,8 @@ bench-full: $(PY)
 	$(PY) benchmarks/bench_tenancy.py
 	$(PY) benchmarks/bench_embedders.py
 	$(PY) benchmarks/bench_vector_index.py
+	$(PY) benchmarks/bench_locomo.py
+	$(PY) benchmarks/bench_scale.py --sizes 10000 100000 1000000 $(SCALE_ARGS)
 
 demo: $(PY)
 	$(PY) -m engramdb.demo

@@ -742,11 +742,16 @@ class Agent(AgentExtras):
         )
 
     def accesses(self, memory_id: str) -> list[AccessRecord]:
-        """The full access stream of a memory, oldest first."""
+        """The full access stream of a memory, oldest first.
+
+        Another agent's accesses to a shared memory show who, when, how and how it scored, but not
+        that agent's query text or trace reference: a query can say more than the memory it found.
+        """
         conn = self._db()
         with translate(conn):
             n = int(self._row(conn.raw, memory_id)[0])
-            return access_records(conn.raw, "a.n = ?", (n,))
+            records = access_records(conn.raw, "a.n = ?", (n,))
+        return [r if r.reader == self.agent_id else dataclasses.replace(r, query=None, trace_ref=None) for r in records]
 
     def stats(self) -> Stats:
         """Usage statistics over the memories this agent can see (see `Stats`)."""

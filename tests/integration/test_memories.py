@@ -372,3 +372,15 @@ def test_an_access_does_not_re_add_an_unchanged_vector(eng: DynamicMemoryEngine,
     me.update(kept.id, content="the deploy key rotates on Mondays")
     me.recall("deploy key")
     assert len(added) == 1  # a new text is a new vector
+
+
+def test_another_agents_query_text_is_not_shown_in_accesses(eng: DynamicMemoryEngine) -> None:
+    alice, bob = eng.agent("alice"), eng.agent("bob")
+    shared = alice.remember("the quarterly board meeting is on Thursday", shared=True)
+    bob.recall("board meeting before my secret layoff announcement", trace_ref="bob-trace-7")
+    theirs = [a for a in alice.accesses(shared.id) if a.reader == "bob"]
+    assert theirs and all(a.query is None and a.trace_ref is None for a in theirs)
+    assert all(a.score is not None for a in theirs)  # who, when, how it scored: still there
+    mine = [a for a in bob.accesses(shared.id) if a.reader == "bob"]
+    assert mine[0].query == "board meeting before my secret layoff announcement"
+    assert mine[0].trace_ref == "bob-trace-7"

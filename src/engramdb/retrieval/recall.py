@@ -188,19 +188,19 @@ class Recaller:
         type_names = frozenset(t.value for t in types) if types else None
         conn = self.store.connection("engine")
         db = conn.raw
-        qstems = frozenset(stem(w) for w in kws)
+        qstems = list(dict.fromkeys(stem(w) for w in kws))
         self.lexical.refresh(db)
-        lexical = self.lexical.search([stem(w) for w in kws], cfg.candidates, vis, types=type_names)
+        lexical = self.lexical.search(qstems, cfg.candidates, vis, types=type_names)
         vector: dict[int, float] = {}
         qvec = None
         if self.channel is not None and self.embedder is not None:
             self.channel.refresh(db)
             qvec = self.embedder.embed([query])[0]
             vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
-        cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, list(qstems))
+        cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems)
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
-        self._features(list(cands.values()), qvec, vector, qstems, now)
+        self._features(list(cands.values()), qvec, vector, now)
         bounds = self._normalise(list(cands.values()))
         # Spread from the best seeds; activation is the base score scaled to [0, 1].
         top_weight = cfg.w_rel + cfg.w_rec + cfg.w_imp or 1.0
@@ -210,8 +210,8 @@ class Recaller:
         )
         newcomers = [n for n in spread if n not in cands]
         if newcomers:
-            fresh = list(self._candidates(newcomers, vis, type_names, list(qstems)).values())
-            self._features(fresh, qvec, {}, qstems, now)
+            fresh = list(self._candidates(newcomers, vis, type_names, qstems).values())
+            self._features(fresh, qvec, {}, now)
             self._normalise(fresh, bounds)
             cands.update({c.n: c for c in fresh})
         for c in cands.values():
@@ -247,9 +247,7 @@ class Recaller:
             self._log(explanation, top, vis, channel, trace_ref, now, types)
         return Recall(query, hits, recall_id, now), explanation
 
-    def _features(
-        self, cands: list[_Cand], qvec: Any, vector: dict[int, float], qstems: frozenset[str], now: float
-    ) -> None:
+    def _features(self, cands: list[_Cand], qvec: Any, vector: dict[int, float], now: float) -> None:
         cfg = self.config
         cosines: dict[int, float] = {}
         if qvec is not None and self.channel is not None:

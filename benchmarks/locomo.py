@@ -52,10 +52,12 @@ class Turn:
     speaker: str
     text: str
     ts: float  # epoch seconds (UTC): the session's date + TURN_SPACING per turn
+    caption: str = ""  # the BLIP caption of the image the speaker shared in this turn, if any
 
     @property
     def content(self) -> str:
-        return f"{self.speaker}: {self.text}"
+        shared = f" [shares {self.caption}]" if self.caption else ""
+        return f"{self.speaker}: {self.text}{shared}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +121,9 @@ def load_locomo(path: Path = DEFAULT_DATA, categories: Iterable[int] = (1, 2, 3,
             start = session_time(conv[f"session_{session}_date_time"])
             times[session] = start
             for i, t in enumerate(conv[f"session_{session}"]):
-                turns.append(Turn(len(turns), t["dia_id"], session, t["speaker"], t["text"], start + i * TURN_SPACING))
+                ts = start + i * TURN_SPACING
+                caption = t.get("blip_caption", "")
+                turns.append(Turn(len(turns), t["dia_id"], session, t["speaker"], t["text"], ts, caption))
             session += 1
         position = {t.dia_id: t.position for t in turns}
         questions: list[Question] = []

@@ -10,7 +10,7 @@ over a grid costs seconds, not an engine run per point. The replay is checked ag
 the rankings it predicts for the starting and the fitted constants are compared with real runs.
 
 Fitted: λ (cos vs cue), μ (share of BM25 in rel), whether cosines are min-max scaled, d (decay),
-w_rec and w_imp (w_rel = 1: only ratios matter), γ, the per-hop decay, how spread contributions
+w_when (the lift of turns said on a date the question names), w_rec and w_imp (w_rel = 1: only ratios matter), γ, the per-hop decay, how spread contributions
 combine (sum / max), the candidates per channel, and hops (0-2; `recall(hops=…)` is a call
 argument, default 1, not a ScoringConfig constant that recall reads) — except what ``--hold`` keeps
 (by default w_imp, the candidates and w_rec = 0.1; HOLD_REASONS says why). The objective, over the
@@ -51,6 +51,7 @@ from bench_locomo import QUERY_DELAY, Haystack, K, build_engramdb, rank_engramdb
 from engramdb import DynamicMemoryEngine
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.keywords import cue_terms, keywords, stem
+from engramdb.retrieval.when import windows_in
 from engramdb.testing import FixedClock
 
 OUT = Path(__file__).resolve().parent / "results" / "tuning.json"
@@ -63,6 +64,7 @@ SPEC_DEFAULTS = ScoringConfig(
     w_rel=1.0,
     w_rec=0.5,
     w_imp=0.5,
+    w_when=0.0,  # spec 001 reads no dates from the query
     hop_decay=0.6,
     gamma=0.5,
     candidates=50,
@@ -89,6 +91,7 @@ GRID: dict[str, Sequence[Any]] = {
     "decay": [0.1, 0.3, 0.5, 0.7, 0.9],
     "w_rec": [0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
     "w_imp": [0.0, 0.25, 0.5, 1.0],
+    "w_when": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0],
     "gamma": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0],
     "hop_decay": [0.2, 0.4, 0.6, 0.8, 1.0],
     "spread_combine": ["sum", "max"],
@@ -111,6 +114,8 @@ class Query:
     prev: np.ndarray  # index in U of the previous turn of the same session, or -1
     next: np.ndarray
     age: np.ndarray  # seconds since the memory's only access (its creation)
+    when: np.ndarray  # 1 where the turn was said inside a date the question names (retrieval/when.py)
+    named: bool  # the question names a date at all (then w_when counts in the activation's scale)
 
 
 @dataclass
@@ -158,6 +163,8 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
         pos = np.array(sorted(reach), dtype=np.int64)
         where = {p: i for i, p in enumerate(pos.tolist())}
         qvec = embedder.embed([q.question])[0]
+        windows = windows_in(q.question, now)
+        when = np.array([any(turns[p].ts in w for w in windows) for p in pos.tolist()], dtype=np.float64)
         qstems = frozenset(stem(w) for w in keywords(q.question))
         cos = np.maximum(docs[pos] @ qvec, 0.0).astype(np.float64)
         cue = np.array([len(qstems & terms[p]) / len(qstems) if qstems else 0.0 for p in pos.tolist()])
@@ -171,7 +178,7 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
             masks[size] = (np.isin(pos, sorted(lex)), np.isin(pos, sorted(vec)))
         prev = np.array([where.get(prev_all[p], -1) for p in pos.tolist()])
         nxt = np.array([where.get(next_all[p], -1) for p in pos.tolist()])
-        out.append(Query(q, pos, cos, cue, bm25, masks, prev, nxt, age[pos]))
+        out.append(Query(q, pos, cos, cue, bm25, masks, prev, nxt, age[pos], when, bool(windows)))
     return Recorded(conv, out)
 
 
@@ -198,11 +205,12 @@ def replay(q: Query, cfg: ScoringConfig, hops: int, k: int = K) -> list[int]:
         rec_raw = 1.0 / (1.0 + np.exp(cfg.decay * np.log(q.age)))  # σ(ln age^−d), one access
     rel = _scaled(rel_raw, rel_raw[cand].min(), rel_raw[cand].max())
     rec = _scaled(rec_raw, rec_raw[cand].min(), rec_raw[cand].max())
-    base = cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * 1.0  # every turn has importance 5: imp^ = 1
+    # every turn has importance 5: imp^ = 1
+    base = cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * 1.0 + cfg.w_when * q.when
     cidx = np.flatnonzero(cand)
     seeds = cidx[np.lexsort((q.pos[cidx], -base[cidx]))][: max(k, 1)]
     spread = np.zeros(len(q.pos))
-    top_weight = cfg.w_rel + cfg.w_rec + cfg.w_imp or 1.0
+    top_weight = cfg.w_rel + cfg.w_rec + cfg.w_imp + (cfg.w_when if q.named else 0.0) or 1.0
     act = np.zeros(len(q.pos))
     act[seeds] = base[seeds] / top_weight
     frontier = seeds[act[seeds] > 0]

@@ -50,6 +50,7 @@ from engramdb.retrieval.budget import TokenCounter, approx_tokens
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall
 from engramdb.retrieval.retriever import MemoryRetriever, RetrievedRow
+from engramdb.retrieval.when import TimeWindow
 from engramdb.scopes.scope import ExecResult, MemoryScope
 from engramdb.tenancy.contract import (
     ALL_NAMESPACES,
@@ -136,6 +137,7 @@ __all__ = [
     "TeamMemoryConfig",
     "TenantFiles",
     "TenantScope",
+    "TimeWindow",
     "TodoStatus",
     "TokenCounter",
     "Tombstone",

@@ -48,6 +48,7 @@ from engramdb.retrieval.budget import approx_tokens
 from engramdb.retrieval.keywords import cue_terms
 from engramdb.retrieval.recall import explained_from_json
 from engramdb.retrieval.results import Explanation, Recall
+from engramdb.retrieval.when import When
 from engramdb.storage.sqlite import translate
 from engramdb.tenancy.ids import check_agent_id
 
@@ -635,11 +636,16 @@ class Agent(AgentExtras):
         channel: Channel | str = Channel.RECALLED,
         trace_ref: str | None = None,
         as_of: float | None = None,
+        when: When = "auto",
     ) -> Recall:
         """The `k` memories most worth recalling for `query`, with spreading over `hops` edges.
 
         Deliberate channels (``recalled``, ``searched``) log the access and reinforce the hits;
         ``injected`` logs without reinforcing. `as_of` recalls what was valid at that time.
+        `when` lifts memories made inside a time window (``ScoringConfig.w_when``; a lift, not a
+        filter): ``"auto"`` reads the dates the query names ("on 13 March, 2023", "in May 2023"),
+        None reads none, and ``(start, end)`` — epoch seconds, dates or aware datetimes — or a
+        list of such pairs is used as given.
         """
         if not isinstance(query, str):
             raise ValidationError(f"query must be a str, got {type(query).__name__}")
@@ -652,7 +658,7 @@ class Agent(AgentExtras):
             raise ValidationError(f"recall logs on recalled, searched or injected, not {ch.value}")
         recall, _ = self.engine.recaller.run(
             query, vis=self._vis(as_of=as_of), k=k, hops=hops, types=self._types(types), channel=ch,
-            trace_ref=trace_ref, dry_run=False,
+            trace_ref=trace_ref, dry_run=False, when=when,
         )  # fmt: skip
         return recall
 
@@ -664,9 +670,12 @@ class Agent(AgentExtras):
         types: Iterable[MemoryType | str] | None = None,
         trace_ref: str | None = None,
         as_of: float | None = None,
+        when: When = "auto",
     ) -> Recall:
         """Like `recall` without spreading activation, logged on the ``searched`` channel."""
-        return self.recall(query, k=k, hops=0, types=types, channel=Channel.SEARCHED, trace_ref=trace_ref, as_of=as_of)
+        return self.recall(
+            query, k=k, hops=0, types=types, channel=Channel.SEARCHED, trace_ref=trace_ref, as_of=as_of, when=when
+        )
 
     def explain(
         self,
@@ -676,6 +685,7 @@ class Agent(AgentExtras):
         hops: int = 1,
         types: Iterable[MemoryType | str] | None = None,
         as_of: float | None = None,
+        when: When = "auto",
     ) -> Explanation:
         """Why a recall ranked what it did.
 
@@ -697,7 +707,7 @@ class Agent(AgentExtras):
         self._check_k(k, hops)
         _, explanation = self.engine.recaller.run(
             recall_or_query, vis=self._vis(as_of=as_of), k=k, hops=hops, types=self._types(types),
-            channel=Channel.RECALLED, trace_ref=None, dry_run=True,
+            channel=Channel.RECALLED, trace_ref=None, dry_run=True, when=when,
         )  # fmt: skip
         return explanation
 

@@ -120,6 +120,7 @@ class Components:
     cos: float = 0.0  # raw cosine of query and memory
     cue: float = 0.0  # raw share of query keywords found in the memory
     bm25: float = 0.0  # raw BM25 (higher is better), 0 when not a lexical candidate
+    when: float = 0.0  # 1 when the memory was created inside a time window the query names, else 0
 
 
 @dataclass(frozen=True, slots=True)

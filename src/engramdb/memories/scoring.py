@@ -6,7 +6,8 @@
     B(m)      = ln Σ_k max(now − t_k, 1 s)^−d                    ACT-R base-level activation
     rec(m)    = σ(B(m))
     imp(m)    = importance / 10
-    S_base    = a_rel·rel^ + a_rec·rec^ + a_imp·imp^             ^ = min-max over the candidates
+    when(m,q) = 1 if m was created inside a date the query names, else 0   (retrieval/when.py)
+    S_base    = a_rel·rel^ + a_rec·rec^ + a_imp·imp^ + a_when·when   ^ = min-max over the candidates
     S         = S_base + γ·spread                                spreading over typed edges
 
 cos^ is min-max over the candidates (with ``cos_minmax``, else the raw cosine) and bm25~ is BM25
@@ -53,6 +54,7 @@ class ScoringConfig:
     w_rel: float = 1.0
     w_rec: float = 0.1  # a_rec (spec 001: 0.5, which costs 0.065 recall@10 on LoCoMo)
     w_imp: float = 0.5
+    w_when: float = 0.3  # a_when: lift of a memory made inside a date the query names (0 = off)
     hops: int = 1
     hop_decay: float = 0.6  # activation kept per hop
     fanout: int = 5  # edges followed per node, strongest first
@@ -74,6 +76,8 @@ class ScoringConfig:
             raise ValueError('spread_combine must be "sum" or "max"')
         if not 0 < self.decay < 1:
             raise ValueError("decay must be in (0, 1)")
+        if self.w_when < 0:
+            raise ValueError("w_when must be >= 0")
         if self.hops < 0 or self.fanout < 0 or self.ring_size < 1 or self.candidates < 1:
             raise ValueError("hops, fanout must be >= 0; ring_size, candidates >= 1")
 
@@ -142,9 +146,9 @@ def minmax(values: Sequence[float]) -> list[float]:
     return [(v - lo) / (hi - lo) for v in values]
 
 
-def base_score(rel: float, rec: float, imp: float, cfg: ScoringConfig) -> float:
-    """a_rel·rel + a_rec·rec + a_imp·imp (inputs already normalised)."""
-    return cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * imp
+def base_score(rel: float, rec: float, imp: float, cfg: ScoringConfig, when: float = 0.0) -> float:
+    """a_rel·rel + a_rec·rec + a_imp·imp + a_when·when (inputs already normalised; when is 0 or 1)."""
+    return cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * imp + cfg.w_when * when
 
 
 #: neighbours(nodes) -> {node: [(neighbour, causal, weight), ...]}; it returns visible neighbours only.

@@ -55,6 +55,7 @@ class LexicalChannel:
         self._length = np.ones(len(self.cols), dtype=np.float32)
         # The scoring fields recall needs of a candidate besides its text (see `fields`).
         self._importance = np.zeros(len(self.cols), dtype=np.float64)
+        self._created = np.zeros(len(self.cols), dtype=np.float64)
         self._old_count = np.zeros(len(self.cols), dtype=np.int64)
         self._old_newest = np.full(len(self.cols), np.nan)
         self._old_oldest = np.full(len(self.cols), np.nan)
@@ -81,7 +82,7 @@ class LexicalChannel:
                 return
             rows = db.execute(
                 "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens, "
-                "importance, ring, old_count, old_newest, old_oldest FROM engram_memories WHERE changed > ?",
+                "importance, ring, old_count, old_newest, old_oldest, created_at FROM engram_memories WHERE changed > ?",
                 (self._seen,),
             ).fetchall()
             if rows:
@@ -104,6 +105,7 @@ class LexicalChannel:
 
         self._length = grown(self._length, 1.0)  # type: ignore[assignment]
         self._importance = grown(self._importance, 0.0)  # type: ignore[assignment]
+        self._created = grown(self._created, 0.0)  # type: ignore[assignment]
         self._old_count = grown(self._old_count, 0)  # type: ignore[assignment]
         self._old_newest = grown(self._old_newest, np.nan)
         self._old_oldest = grown(self._old_oldest, np.nan)
@@ -120,6 +122,7 @@ class LexicalChannel:
         self.cols.set_many(keys, [r[1:8] for r in rows])
         self._length[keys] = [max(float(r[9] or 1), 1.0) for r in rows]
         self._importance[keys] = [r[10] for r in rows]
+        self._created[keys] = [r[15] for r in rows]
         self._old_count[keys] = [r[12] or 0 for r in rows]
         self._old_newest[keys] = [np.nan if r[13] is None else r[13] for r in rows]
         self._old_oldest[keys] = [np.nan if r[14] is None else r[14] for r in rows]
@@ -216,10 +219,10 @@ class LexicalChannel:
 
     def fields(
         self, keys: Sequence[int], vis: Visibility, stems: Iterable[str], *, types: frozenset[str] | None = None
-    ) -> list[tuple[int, str, float, bytes | None, tuple[int, float | None, float | None], float]]:
+    ) -> list[tuple[int, str, float, bytes | None, tuple[int, float | None, float | None], float, float]]:
         """Recall's scoring fields of those `keys` that `vis` may see (and of `types`): (key, type,
-        importance, access ring, (older count, newest, oldest), cue overlap with `stems`) — read
-        from memory, not from the rows."""
+        importance, access ring, (older count, newest, oldest), cue overlap with `stems`, created
+        at) — read from memory, not from the rows."""
         with self._lock:
             n = self._size
             ks = np.asarray([k for k in keys if 0 <= k < n], dtype=np.int64)
@@ -249,6 +252,7 @@ class LexicalChannel:
                             None if np.isnan(oldest) else float(oldest),
                         ),
                         float(cue[i]),
+                        float(self._created[k]),
                     )
                 )
             return out

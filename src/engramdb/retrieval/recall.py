@@ -3,8 +3,8 @@
 ::
 
     query ─► candidates  BM25 ∪ vector kNN, each restricted to visible memories before ranking
-          ─► features    cos, cue overlap, base-level recency, importance
-          ─► normalise   min-max over the candidates; S_base = a_rel·rel + a_rec·rec + a_imp·imp
+          ─► features    cos, cue overlap, base-level recency, importance, made inside a date named
+          ─► normalise   min-max over the candidates; S_base = a_rel·rel + a_rec·rec + a_imp·imp + a_when·when
           ─► spread      from the top seeds over typed edges; only visible nodes receive or relay
           ─► top k       S = S_base + γ·spread
           ─► log         one access per hit (deliberate channels reinforce), one recall record
@@ -31,6 +31,7 @@ from engramdb.memories.store import (
 )
 from engramdb.retrieval.keywords import keywords, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
+from engramdb.retrieval.when import TimeWindow, When, resolve_when
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
@@ -50,7 +51,9 @@ class _Cand:
     old: tuple[int, float | None, float | None]
     cos: float = 0.0
     cue: float = 0.0
+    created: float = 0.0
     bm25: float = 0.0
+    when: float = 0.0
     lexical: bool = False
     vector: bool = False
     spread: float = 0.0
@@ -74,7 +77,7 @@ class _Cand:
         return "spread"
 
     def components(self) -> Components:
-        return Components(self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25)
+        return Components(self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25, self.when)
 
 
 class Recaller:
@@ -102,8 +105,8 @@ class Recaller:
         """The scoring fields of the visible memories among `ns` (from the lexical channel's cache
         of them, refreshed at the start of the recall), with their cue overlap with the query."""
         return {
-            n: _Cand(n, mtype, importance, unpack_times(ring), old, cue=cue)
-            for n, mtype, importance, ring, old, cue in self.lexical.fields(ns, vis, qstems, types=types)
+            n: _Cand(n, mtype, importance, unpack_times(ring), old, cue=cue, created=created)
+            for n, mtype, importance, ring, old, cue, created in self.lexical.fields(ns, vis, qstems, types=types)
         }
 
     def _fetch(self, db: sqlite3.Connection, ns: Sequence[int], vis: Visibility) -> dict[int, Memory]:
@@ -179,9 +182,12 @@ class Recaller:
         channel: Channel,
         trace_ref: str | None,
         dry_run: bool,
+        when: When = "auto",
     ) -> tuple[Recall, Explanation]:
+        """One recall; `when` names the time windows it anchors on (`retrieval.when.resolve_when`)."""
         cfg = self.config
         now = self.clock()
+        windows = resolve_when(when, query, now) if cfg.w_when else ()
         if vis.as_of is None:
             vis = Visibility(vis.tenant, vis.reader, vis.cap, now, vis.cross_agent, vis.include_archived)
         kws = keywords(query)
@@ -200,10 +206,10 @@ class Recaller:
         cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems)
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
-        self._features(list(cands.values()), qvec, vector, now)
+        self._features(list(cands.values()), qvec, vector, now, windows)
         bounds = self._normalise(list(cands.values()))
         # Spread from the best seeds; activation is the base score scaled to [0, 1].
-        top_weight = cfg.w_rel + cfg.w_rec + cfg.w_imp or 1.0
+        top_weight = cfg.w_rel + cfg.w_rec + cfg.w_imp + (cfg.w_when if windows else 0.0) or 1.0
         seeds = sorted(cands.values(), key=lambda c: (-c.base, c.n))[: max(k, 1)]
         spread = scoring.spread(
             {c.n: c.base / top_weight for c in seeds}, self._neighbours(db, vis), replace(cfg, hops=hops)
@@ -211,7 +217,7 @@ class Recaller:
         newcomers = [n for n in spread if n not in cands]
         if newcomers:
             fresh = list(self._candidates(newcomers, vis, type_names, qstems).values())
-            self._features(fresh, qvec, {}, now)
+            self._features(fresh, qvec, {}, now, windows)
             self._normalise(fresh, bounds)
             cands.update({c.n: c for c in fresh})
         for c in cands.values():
@@ -247,7 +253,9 @@ class Recaller:
             self._log(explanation, top, vis, channel, trace_ref, now, types)
         return Recall(query, hits, recall_id, now), explanation
 
-    def _features(self, cands: list[_Cand], qvec: Any, vector: dict[int, float], now: float) -> None:
+    def _features(
+        self, cands: list[_Cand], qvec: Any, vector: dict[int, float], now: float, windows: Sequence[TimeWindow]
+    ) -> None:
         cfg = self.config
         cosines: dict[int, float] = {}
         if qvec is not None and self.channel is not None:
@@ -255,6 +263,7 @@ class Recaller:
             cosines = {**self.channel.cosines(qvec, missing), **vector}
         for c in cands:
             c.cos = max(cosines.get(c.n, 0.0), 0.0)  # c.cue comes with the candidate (`_candidates`)
+            c.when = 1.0 if any(c.created in w for w in windows) else 0.0
             old_count, old_newest, old_oldest = c.old
             b = scoring.base_level(
                 c.ring,
@@ -292,7 +301,7 @@ class Recaller:
         norm = {key: _scaled(values, *bounds[key]) for key, values in raw.items()}
         for i, c in enumerate(cands):
             c.rel, c.rec, c.imp = norm["rel"][i], norm["rec"][i], norm["imp"][i]
-            c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg)
+            c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg, c.when)
         return bounds
 
     def _log(
@@ -378,6 +387,7 @@ def _explained_json(e: Explained) -> dict[str, Any]:
             "cos": c.cos,
             "cue": c.cue,
             "bm25": c.bm25,
+            "when": c.when,
         },
         "source": e.source,
         "selected": e.selected,
@@ -405,6 +415,7 @@ def _weights(cfg: scoring.ScoringConfig) -> dict[str, float]:
         "w_rel": cfg.w_rel,
         "w_rec": cfg.w_rec,
         "w_imp": cfg.w_imp,
+        "w_when": cfg.w_when,
         "gamma": cfg.gamma,
         "hop_decay": cfg.hop_decay,
         "spread_max": float(cfg.spread_combine == "max"),

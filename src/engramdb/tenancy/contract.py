@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 from engramdb.errors import ValidationError
 from engramdb.memories import model as mm
 from engramdb.memories.model import Channel, Confidentiality, Edge, Memory, MemoryRef, MemoryType
+from engramdb.retrieval.when import When, resolve_when
 from engramdb.tenancy.ids import check_agent_id
 
 if TYPE_CHECKING:
@@ -178,6 +179,8 @@ class MemoryQuery:
         channel: ``recalled`` (default) or ``searched`` reinforce the hits; ``injected`` (what a
             harness shows unasked) logs without reinforcing.
         trace_ref: an id of the caller's trace, stored with each access.
+        when: time windows whose memories get a lift: ``"auto"`` (the dates `text` names), None,
+            or ``(start, end)`` pairs, as `Agent.recall` takes them.
 
     Example::
 
@@ -193,6 +196,7 @@ class MemoryQuery:
     hops: int = 1
     channel: Channel = Channel.RECALLED
     trace_ref: str | None = field(default=None, repr=False)
+    when: When = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
@@ -226,6 +230,10 @@ class MemoryQuery:
         object.__setattr__(self, "channel", channel)
         if self.trace_ref is not None and not isinstance(self.trace_ref, str):
             raise ValidationError("trace_ref must be a str or None")
+        if self.when != "auto" and self.when is not None:
+            object.__setattr__(self, "when", resolve_when(self.when, self.text, 0.0))  # explicit: check it now
+        else:
+            resolve_when(self.when, "", 0.0)  # a str other than "auto" is refused here
 
 
 def seconds(value: float | dt.timedelta, name: str = "min_age") -> float:

@@ -195,7 +195,7 @@ class NamespacedMemory:
         recall, _ = handle.engine.recaller.run(
             query.text, vis=self.visibility(scope, query), k=query.k, hops=query.hops,
             types=None if query.types is None else frozenset(query.types), channel=query.channel,
-            trace_ref=query.trace_ref, dry_run=False,
+            trace_ref=query.trace_ref, dry_run=False, when=query.when,
         )  # fmt: skip
         return recall
 
@@ -269,7 +269,7 @@ class NamespacedMemory:
             _, explanation = handle.engine.recaller.run(
                 what.text, vis=self.visibility(scope, what), k=what.k, hops=what.hops,
                 types=None if what.types is None else frozenset(what.types), channel=what.channel,
-                trace_ref=None, dry_run=True,
+                trace_ref=None, dry_run=True, when=what.when,
             )  # fmt: skip
             return explanation
         if not isinstance(what, (Recall, str)):

@@ -1,0 +1,206 @@
+"""Time anchors: the calendar dates a query names, as windows of time (pure).
+
+"What did Jolene ask Deb on 13 March, 2023?" names a day; the memories made that day deserve a
+lift over equally relevant ones from other days. Recall turns such a query into windows and adds
+``w_when`` to the base score of every candidate created inside one (a boost, never a filter: a
+memory from another day still ranks on its relevance). On LoCoMo, 202 of 1,536 questions name a
+date and 81% of their evidence lies in the window named (see benchmarks/tune_scorer.py).
+
+Read, in English, case-insensitively unless said otherwise:
+
+- ``2023-03-13`` and ``2023-03`` (ISO 8601 day and month);
+- a day with a month and a year in either order: ``13 March, 2023``, ``13th Mar 2023``,
+  ``March 13, 2023``;
+- a month with a year: ``May 2023``, ``May, 2023``;
+- a day with a month, no year: ``13 March``, ``March 13th`` — the latest such day not after now;
+- a month alone, capitalised (``June``; ``May`` not at the start of the text, where it is more
+  often the verb) — the latest such month that has started by now;
+- a year alone, 1900-2099, as a whole number: ``2022``.
+
+Relative phrases ("yesterday", "last week") are left alone: in a conversation they are relative to
+when something was said, not to when the question is asked, and the caller (or its LLM) knows
+which. Pass an explicit window to `Agent.recall(when=…)` for those.
+
+Every window is half-open ``[start, end)`` in epoch seconds, on UTC calendar days (the same days
+`Recall.as_evidence` prints).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engramdb.errors import ValidationError
+
+__all__ = ["TimeWindow", "resolve_when", "windows_in"]
+
+_MONTHS = {
+    name: i
+    for i, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sept", "sep"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+_FULL_MONTH = {name: i for name, i in _MONTHS.items() if len(name) > 4 or name in ("may", "june", "july")}
+_MON = "(?P<mon>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+_B, _E = r"(?<![\w-])", r"(?![\w-])"
+# Longest forms first: a span taken by one form is not read again by a shorter one.
+_FORMS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("iso-day", re.compile(rf"{_B}{_YEAR}-(?P<m>[01]\d)-(?P<day>[0-3]\d){_E}")),
+    ("iso-month", re.compile(rf"{_B}{_YEAR}-(?P<m>[01]\d){_E}")),
+    ("day-month-year", re.compile(rf"{_B}{_DAY}(?: of)? {_MON},? {_YEAR}{_E}", re.IGNORECASE)),
+    ("month-day-year", re.compile(rf"{_B}{_MON} {_DAY},? {_YEAR}{_E}", re.IGNORECASE)),
+    ("month-year", re.compile(rf"{_B}{_MON},? {_YEAR}{_E}", re.IGNORECASE)),
+    ("day-month", re.compile(rf"{_B}{_DAY}(?: of)? {_MON}{_E}", re.IGNORECASE)),
+    ("month-day", re.compile(rf"{_B}{_MON} {_DAY}{_E}", re.IGNORECASE)),
+    ("month", re.compile(r"(?<![\w-])(?P<mon>[A-Z][a-z]+)(?![\w-])")),
+    ("year", re.compile(rf"{_B}{_YEAR}{_E}")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindow:
+    """``[start, end)`` in epoch seconds; `text` is what named it (the query's words, or "given")."""
+
+    start: float
+    end: float
+    text: str = "given"
+
+    def __contains__(self, ts: object) -> bool:
+        return isinstance(ts, (int, float)) and self.start <= ts < self.end
+
+
+def _ts(d: dt.date) -> float:
+    return dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()
+
+
+def _month_window(year: int, month: int) -> tuple[dt.date, dt.date]:
+    nxt = dt.date(year + (month == 12), month % 12 + 1, 1)
+    return dt.date(year, month, 1), nxt
+
+
+def _window(form: str, m: re.Match[str], today: dt.date) -> tuple[dt.date, dt.date] | None:
+    """The [first day, day after last) a matched form names, or None when it names no real date."""
+    groups = m.groupdict()
+    mon = groups.get("mon")
+    if form.startswith("iso"):
+        month = int(groups["m"])
+    elif form == "month":
+        if mon not in {name.capitalize() for name in _FULL_MONTH} or (mon == "May" and m.start() == 0):
+            return None
+        month = _FULL_MONTH[mon.lower()]
+    elif mon is not None:
+        if form in ("day-month", "month-day") and not mon[0].isupper():
+            return None  # "may 2 of us come": without a year, only a capitalised month is a date
+        month = _MONTHS[mon.lower()]
+    else:
+        month = 0
+    year = int(groups["year"]) if groups.get("year") else None
+    day = int(groups["day"]) if groups.get("day") else None
+    try:
+        if form == "year":
+            assert year is not None
+            return dt.date(year, 1, 1), dt.date(year + 1, 1, 1)
+        if year is None:  # the latest such day or month not after today
+            year = today.year
+            first = dt.date(year, month, day or 1)
+            if first > today:
+                year -= 1
+        if day is None:
+            return _month_window(year, month)
+        first = dt.date(year, month, day)
+        return first, first + dt.timedelta(days=1)
+    except ValueError:  # 31 February, month 13: not a date
+        return None
+
+
+def windows_in(text: str, now: float) -> tuple[TimeWindow, ...]:
+    """Every calendar date or period `text` names (see the module docstring), in order of appearance.
+
+    >>> import datetime as dt
+    >>> now = dt.datetime(2023, 9, 1, tzinfo=dt.UTC).timestamp()
+    >>> [w.text for w in windows_in("What did Deb do on 13 March, 2023 and in June?", now)]
+    ['13 March, 2023', 'June']
+    """
+    today = dt.datetime.fromtimestamp(now, dt.UTC).date()
+    taken: list[tuple[int, int]] = []
+    found: list[tuple[int, TimeWindow]] = []
+    for form, pattern in _FORMS:
+        for m in pattern.finditer(text):
+            if any(m.start() < end and start < m.end() for start, end in taken):
+                continue
+            span = _window(form, m, today)
+            if span is None:
+                continue
+            taken.append((m.start(), m.end()))
+            found.append((m.start(), TimeWindow(_ts(span[0]), _ts(span[1]), m.group(0))))
+    return tuple(w for _, w in sorted(found, key=lambda x: x[0]))
+
+
+When = str | TimeWindow | tuple[object, object] | Sequence[TimeWindow | tuple[object, object]] | None
+
+
+def _instant(x: object, what: str) -> float:
+    if isinstance(x, dt.datetime):
+        if x.tzinfo is None:
+            raise ValidationError(f"{what} is a naive datetime; give it a timezone (e.g. datetime.UTC)")
+        return x.timestamp()
+    if isinstance(x, dt.date):
+        return _ts(x)
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    raise ValidationError(f"{what} must be epoch seconds, a date or an aware datetime, got {type(x).__name__}")
+
+
+def resolve_when(when: When, query: str, now: float) -> tuple[TimeWindow, ...]:
+    """The windows a recall anchors on: ``"auto"`` reads them from `query`; None anchors on none;
+    a `TimeWindow`, a ``(start, end)`` pair (epoch seconds, dates or aware datetimes; a date as
+    `end` includes that day) or a sequence of them is used as given."""
+    if when is None:
+        return ()
+    if isinstance(when, str):
+        if when != "auto":
+            raise ValidationError(f'when must be "auto", None, (start, end) or a list of them, got {when!r}')
+        return windows_in(query, now)
+    if isinstance(when, TimeWindow):
+        return (when,)
+    if isinstance(when, tuple) and len(when) == 2 and not isinstance(when[0], (tuple, TimeWindow)):
+        items: Sequence[object] = [when]
+    elif isinstance(when, (list, tuple)):
+        items = when
+    else:
+        raise ValidationError(f'when must be "auto", None, (start, end) or a list of them, got {type(when).__name__}')
+    out = []
+    for item in items:
+        if isinstance(item, TimeWindow):
+            out.append(item)
+            continue
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValidationError(f"each time window must be a (start, end) pair, got {item!r}")
+        start = _instant(item[0], "a window's start")
+        end_raw = item[1]
+        end = _instant(end_raw, "a window's end")
+        if isinstance(end_raw, dt.date) and not isinstance(end_raw, dt.datetime):
+            end += 86_400.0  # a date as the end means "up to and including that day"
+        if not end > start:
+            raise ValidationError(f"a time window must end after it starts, got start {start} and end {end}")
+        out.append(TimeWindow(start, end))
+    return tuple(out)

@@ -210,6 +210,24 @@ def test_dedup_reinforces_instead_of_duplicating(eng: DynamicMemoryEngine) -> No
     assert secret.id != m.id  # never merged downward into a less confidential memory
 
 
+@pytest.mark.parametrize("sims_bytes", [1, 3 * 4 * 12, 64 << 20])
+def test_batched_dedup_finds_the_same_matches_in_any_block_size(
+    eng: DynamicMemoryEngine, monkeypatch: pytest.MonkeyPatch, sims_bytes: int
+) -> None:
+    """A batch compares its items with every stored vector a block of rows at a time (a block of 1,
+    of 3 and all at once here): which item duplicates which memory must not depend on the block."""
+    from engramdb.retrieval import vector_channel
+
+    me = eng.agent("alice")
+    stored = me.remember_many([{"content": f"The staging cluster {i} runs in region {i}"} for i in range(12)])
+    monkeypatch.setattr(vector_channel, "SIMS_BYTES", sims_bytes)
+    batch = [{"content": f"The staging cluster {i} runs in region {i}."} for i in (3, 7, 11)]
+    batch += [{"content": f"a wholly unrelated note number {i}"} for i in range(5)]
+    got = me.remember_many(batch)
+    assert [m.id for m in got[:3]] == [stored[i].id for i in (3, 7, 11)]
+    assert all(m.strength == 1 for m in got[:3]) and not {m.id for m in got[3:]} & {m.id for m in stored}
+
+
 # -- confidentiality travels ---------------------------------------------------------------------
 
 

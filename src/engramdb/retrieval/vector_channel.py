@@ -53,6 +53,8 @@ _TIP_ROWS = 32
 #: `save_if_changed` saves when more than this share of the cached rows changed since the last save
 _CLOSE_SAVE_SHARE = 0.1
 _CHUNK = 500
+#: `best_matches` computes its similarities in blocks of rows of about this many bytes
+SIMS_BYTES = 64 << 20
 
 
 class VectorChannel:
@@ -292,7 +294,8 @@ class VectorChannel:
         self, vecs: npt.NDArray[np.float32], vis: Visibility, filters: list[tuple[str, str, int]]
     ) -> list[tuple[int, float] | None]:
         """For each row of `vecs`, the most similar visible memory of the same (type, owner) at or
-        above the level, as (n, cosine) — one matrix product for the whole batch."""
+        above the level, as (n, cosine) — a matrix product per block of rows, each block's product
+        held to about `SIMS_BYTES` (a batch of 1,000 against 1M memories was a 4 GB matrix)."""
         with self._lock:
             n = len(self.index)
             if n == 0 or len(vecs) == 0:
@@ -300,13 +303,19 @@ class VectorChannel:
             base = self.mask(vis)
             q = np.asarray(vecs, dtype=np.float32)
             matrix = self.index.vectors_matrix()
-            # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small product, see
-            # ExactIndex.search); a real batch: BLAS, where its threads pay off.
-            sims = np.stack([np.einsum("nd,d->n", matrix, row) for row in q]) if len(q) <= 4 else q @ matrix.T
+            block = max(1, SIMS_BYTES // (4 * n))
+            sims = np.empty((0, n), dtype=np.float32)
             out: list[tuple[int, float] | None] = []
             masks: dict[tuple[str, str, int], npt.NDArray[np.bool_]] = {}
             keys = self.index.keys()
             for i, f in enumerate(filters):
+                if i % block == 0:
+                    rows = q[i : i + block]
+                    # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small
+                    # product, see ExactIndex.search); a real block: BLAS, where its threads pay off.
+                    sims = (
+                        np.stack([np.einsum("nd,d->n", matrix, r) for r in rows]) if len(rows) <= 4 else rows @ matrix.T
+                    )
                 m = masks.get(f)
                 if m is None:
                     mtype, owner, level = f
@@ -319,7 +328,7 @@ class VectorChannel:
                 if not m.any():
                     out.append(None)
                     continue
-                row = np.where(m, sims[i], -np.inf)
+                row = np.where(m, sims[i % block], -np.inf)
                 j = int(np.argmax(row))
                 out.append((int(keys[j]), float(row[j])))
             return out

@@ -397,3 +397,32 @@ def test_concurrent_saves_never_leave_a_torn_file(tmp_path: Path) -> None:
     assert not errors and seen <= {300, 500}
     assert len(AnnIndex.load(path)) in (300, 500)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_vector_file_false_neither_writes_nor_reads_a_side_file(db: Path, clock: FixedClock) -> None:
+    saved = side(db).read_bytes()
+    side(db).unlink()
+    with open_engine(db, clock, vector_file=False) as engine:
+        results(engine)
+        assert channel_of(engine).side_file is None and not channel_of(engine).restored
+    assert not side(db).exists()
+    side(db).write_bytes(saved)  # a good file is there, and still not read
+    with open_engine(db, clock, vector_file=False) as engine:
+        results(engine)
+        assert not channel_of(engine).restored
+    with pytest.raises(ValueError, match="vector_file must be True or False"):
+        open_engine(db, clock, vector_file="no")
+
+
+def test_a_crash_leftover_is_removed_by_the_next_save_but_a_young_one_is_not(tmp_path: Path) -> None:
+    target = tmp_path / "m.db.vectors-x.npz"
+    old, young = tmp_path / ".m.db.vectors-x.npz.abc.tmp", tmp_path / ".m.db.vectors-x.npz.def.tmp"
+    other = tmp_path / ".other.npz.abc.tmp"
+    for f in (old, young, other):
+        f.write_bytes(b"partial")
+    two_hours_ago = os.path.getmtime(young) - 7200
+    for f in (old, other):
+        os.utime(f, (two_hours_ago, two_hours_ago))
+    write_arrays(target, {"a": np.arange(3)})
+    assert target.is_file() and not old.exists()
+    assert young.exists() and other.exists()  # maybe another process's write; not this file's leftover

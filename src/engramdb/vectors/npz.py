@@ -9,9 +9,12 @@ C-order, non-object arrays are read; anything else is a `ValueError`.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import io
 import os
 import tempfile
+import time
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping
@@ -21,7 +24,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["StoredArrays", "write_arrays"]
+__all__ = ["StoredArrays", "remove_stale_temporaries", "write_arrays"]
+
+#: a temporary file of `write_arrays` this old (seconds) is a crash's leftover, not a write in progress
+STALE_TMP_S = 3600.0
 
 _LOCAL_HEADER = 30  # bytes of a zip local file header before its name and extra field
 _HEADER_READERS = {
@@ -36,9 +42,12 @@ def write_arrays(path: str | os.PathLike[str], arrays: Mapping[str, npt.NDArray[
     The data goes to a temporary file of a unique name in the same directory, then replaces `path`
     with one rename: a reader sees the old file or the new one, never a mix, and two writers at
     once each rename a whole file (the last one wins). The zip format's CRC-32s let a reader tell a
-    damaged file. A crash can leave a hidden ``.<name>.*.tmp`` file behind, never a torn `path`.
+    damaged file. A crash can leave a hidden ``.<name>.*.tmp`` file behind, never a torn `path`;
+    the next write removes such leftovers once they are `STALE_TMP_S` old (a younger one may be
+    another process's write in progress).
     """
     target = Path(path)
+    remove_stale_temporaries(target)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     tmp = Path(tmp_name)
     try:
@@ -49,6 +58,19 @@ def write_arrays(path: str | os.PathLike[str], arrays: Mapping[str, npt.NDArray[
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temporaries(target: Path, older_than: float = STALE_TMP_S) -> list[Path]:
+    """Remove the temporary files `write_arrays` left beside `target` (a crash mid-write) that
+    were last modified more than `older_than` seconds ago; returns the ones removed."""
+    removed = []
+    cutoff = time.time() - older_than  # file times are the file system's, not an injected clock
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        with contextlib.suppress(OSError):  # gone already, or not ours to remove
+            if tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+                removed.append(tmp)
+    return removed
 
 
 class StoredArrays(Mapping[str, npt.NDArray[Any]]):

@@ -3,7 +3,7 @@
 "What did Jolene ask Deb on 13 March, 2023?" names a day; the memories made that day deserve a
 lift over equally relevant ones from other days. Recall turns such a query into windows and adds
 ``w_when`` to the base score of every candidate created inside one (a boost, never a filter: a
-memory from another day still ranks on its relevance). On LoCoMo, 202 of 1,536 questions name a
+memory from another day still ranks on its relevance). On LoCoMo, 203 of 1,536 questions name a
 date and 81% of their evidence lies in the window named (see benchmarks/tune_scorer.py).
 
 Read, in English, case-insensitively unless said otherwise:

@@ -52,6 +52,13 @@ on a fixed, diverse probe set: when its probes' mean pairwise cosine exceeds
 thresholds apply (``center=None``, the default; ``True`` / ``False`` force it). The hashing
 embedder's probes sit at ~0.02 and are left as they are.
 
+**Pairs at scale.** Steps 1-3 compare every pair of a group (one owner and type for merge, one
+owner and level for link) of up to ``exact_pairs_up_to`` (50,000) memories. Above that, every pair
+grows with n² (the link step alone: 41 s at 100k memories, about an hour at 1M), so the group is
+clustered first (spherical k-means, ~1,000 memories per centroid, each memory in the clusters of
+its two nearest centroids) and only memories sharing a cluster are compared. At 100k memories of
+the benchmark corpus that finds 99.6% of the link pairs and all the merge pairs, 7-10x sooner.
+
 Example::
 
     from engramdb.memories.reflection import Reflector, ReflectionConfig

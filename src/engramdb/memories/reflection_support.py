@@ -55,6 +55,12 @@ class ReflectionConfig:
     anisotropy_limit: float = 0.3  # probe mean pairwise cosine above which `center=None` centres
     candidates: int = 32  # nearest candidates kept per memory for merge and link
     block_bytes: int = 64 * 2**20  # bound of one block of the similarity matrix
+    #: merge, reconcile and link compare every pair of up to this many memories (of one owner and
+    #: level); above, only memories that share a cluster (k-means, `cluster_size` memories per
+    #: centroid, each memory in the clusters of its `cluster_probes` nearest centroids)
+    exact_pairs_up_to: int = 50_000
+    cluster_size: int = 1_000
+    cluster_probes: int = 2
     batch: int = 1  # memories per transaction in link and rescore: each item commits on its own
     measure: bool = True  # put the reflection rows / reads shares (`Agent.stats`) in the report
 
@@ -67,7 +73,8 @@ class ReflectionConfig:
             raise ConfigError("link_threshold must be below merge_threshold")
         for name in (
             "max_new_edges", "reconcile_max_cluster", "max_reconcile_clusters", "gist_min_episodes",
-            "gist_max_episodes", "max_gists", "candidates", "batch", "block_bytes",
+            "gist_max_episodes", "max_gists", "candidates", "batch", "block_bytes", "exact_pairs_up_to",
+            "cluster_size", "cluster_probes",
         ):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name.startswith("max_") else 1):

@@ -182,23 +182,64 @@ def _pairs(
 ) -> _Pairs | None:
     """Pairs of `rows` (row indices of `mat`) with lo ≤ cosine (< hi), at most `k` per earlier row.
 
-    Blockwise over the upper triangle: one block is at most `cfg.block_bytes` of float32, so a
-    100k-memory group needs ~64 MB beside its vectors. None when `stop` fired between blocks.
+    Up to `cfg.exact_pairs_up_to` rows every pair is compared (`_exact_pairs`). Beyond, comparing
+    every pair grows with n² (about an hour for a million memories on two cores), so the rows are
+    first clustered (`_clusters`) and only rows sharing a cluster are compared: a pair whose two
+    ends fall in different clusters can be missed. None when `stop` fired.
     """
     import numpy as np
 
     k = cfg.candidates if k is None else k
     idx = np.asarray(rows, dtype=np.int64)
-    empty = _Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
     if len(idx) < 2:
-        return empty
+        return _no_pairs()
     group = mat[idx] if len(idx) != len(mat) else mat
+    if len(idx) <= cfg.exact_pairs_up_to:
+        found = _exact_pairs(group, lo, hi, k, cfg.block_bytes, stop)
+    else:
+        found = _clustered_pairs(group, lo, hi, k, cfg, stop)
+    if found is None:
+        return None
+    a, b, sims = found
+    return _Pairs(idx[a], idx[b], sims)
+
+
+def _no_pairs() -> _Pairs:
+    import numpy as np
+
+    return _Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+
+
+_Found = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]", "npt.NDArray[np.float32]"]
+
+
+def _top_k(a: Any, b: Any, vals: Any, k: int) -> _Found:
+    """The pairs ordered by a, then descending cosine, then b; at most `k` per a."""
+    import numpy as np
+
+    order = np.lexsort((b, -vals, a))
+    a, b, vals = a[order], b[order], vals[order]
+    first = np.searchsorted(a, a, side="left")
+    keep = (np.arange(len(a)) - first) < k
+    return a[keep], b[keep], vals[keep].astype(np.float32)
+
+
+def _exact_pairs(
+    group: npt.NDArray[np.float32], lo: float, hi: float | None, k: int, block_bytes: int, stop: Callable[[], bool]
+) -> _Found | None:
+    """Every pair (i < j) of `group`'s rows with lo ≤ cosine (< hi), at most `k` per i.
+
+    Blockwise over the upper triangle: one block is at most `block_bytes` of float32, so a
+    100k-row group needs ~64 MB beside its vectors. None when `stop` fired between blocks.
+    """
+    import numpy as np
+
     n = len(group)
     out_a, out_b, out_s = [], [], []
     start = 0
     while start < n:
         width = n - start
-        height = max(1, min(width, cfg.block_bytes // (4 * width)))
+        height = max(1, min(width, block_bytes // (4 * width)))
         sims = group[start : start + height] @ group[start:].T
         sims[:, :height][np.tri(height, dtype=np.bool_)] = -np.inf  # only pairs (i, j) with j > i
         # Sparse: only rows with a candidate are scanned, and the upper bound is applied to the survivors.
@@ -212,18 +253,88 @@ def _pairs(
             if hi is not None:
                 ok = vals < hi
                 r, c, vals = r[ok], c[ok], vals[ok]
-            order = np.lexsort((c, -vals, r))
-            r, c, vals = r[order], c[order], vals[order]
-            first = np.searchsorted(r, r, side="left")
-            keep = (np.arange(len(r)) - first) < k
-            out_a.append(r[keep] + start)
-            out_b.append(c[keep] + start)
-            out_s.append(vals[keep])
+            r, c, vals = _top_k(r + start, c + start, vals, k)
+            out_a.append(r)
+            out_b.append(c)
+            out_s.append(vals)
         del sims  # before the next block is allocated: one block alive at a time
         start += height
         if stop():
             return None
     if not out_a:
-        return empty
-    a, b = np.concatenate(out_a), np.concatenate(out_b)
-    return _Pairs(idx[a], idx[b], np.concatenate(out_s).astype(np.float32))
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s)
+
+
+def _clusters(group: npt.NDArray[np.float32], cfg: ReflectionConfig) -> list[npt.NDArray[np.int64]]:
+    """Rows of `group` by cluster, each cluster's rows ascending: spherical k-means (a few rounds,
+    on a sample of at most 64 rows per centroid, seeded) into about n / `cfg.cluster_size`
+    centroids, then each row joins the clusters of its `cfg.cluster_probes` nearest centroids, so
+    two close rows near a border still meet in one of them."""
+    import numpy as np
+
+    n = len(group)
+    rng = np.random.default_rng(0)  # deterministic: the same store gives the same pairs
+    n_centroids = max(2, n // cfg.cluster_size)
+    sample = group[np.sort(rng.choice(n, size=min(n, 64 * n_centroids), replace=False))]
+    centroids = sample[rng.choice(len(sample), size=n_centroids, replace=False)].copy()
+    for _ in range(8):
+        nearest = _nearest(sample, centroids, 1, cfg.block_bytes)[:, 0]
+        order = np.argsort(nearest, kind="stable")
+        used, starts = np.unique(nearest[order], return_index=True)
+        sums = np.zeros_like(centroids)
+        sums[used] = np.add.reduceat(sample[order], starts, axis=0)
+        norms = np.linalg.norm(sums, axis=1)
+        live = norms > 1e-12
+        centroids[live] = sums[live] / norms[live, None]  # an empty cluster keeps its old centroid
+    probes = min(cfg.cluster_probes, n_centroids)
+    owner = _nearest(group, centroids, probes, cfg.block_bytes)  # (n, probes)
+    cluster = owner.reshape(-1)
+    member = np.repeat(np.arange(n, dtype=np.int64), probes)
+    order = np.lexsort((member, cluster))
+    cluster, member = cluster[order], member[order]
+    bounds = np.flatnonzero(np.diff(cluster)) + 1
+    return [m for m in np.split(member, bounds) if len(m) > 1]
+
+
+def _nearest(x: npt.NDArray[np.float32], centroids: npt.NDArray[np.float32], m: int, block_bytes: int) -> Any:
+    """Indices of each row's `m` most similar centroids, in blocks of rows of ~`block_bytes`."""
+    import numpy as np
+
+    out = np.empty((len(x), m), dtype=np.int64)
+    step = max(1, block_bytes // (4 * len(centroids)))
+    for start in range(0, len(x), step):
+        sims = x[start : start + step] @ centroids.T
+        rows = np.arange(len(sims))
+        for j in range(m):  # m is small: m argmax passes beat one argpartition
+            best = sims.argmax(axis=1)
+            out[start : start + step, j] = best
+            sims[rows, best] = -np.inf
+    return out
+
+
+def _clustered_pairs(
+    group: npt.NDArray[np.float32],
+    lo: float,
+    hi: float | None,
+    k: int,
+    cfg: ReflectionConfig,
+    stop: Callable[[], bool],
+) -> _Found | None:
+    """`_exact_pairs` within each cluster of `_clusters`; a pair met in two clusters counts once."""
+    import numpy as np
+
+    out_a, out_b, out_s = [], [], []
+    for members in _clusters(group, cfg):
+        found = _exact_pairs(group[members], lo, hi, k, cfg.block_bytes, stop)
+        if found is None:
+            return None
+        a, b, vals = found
+        out_a.append(members[a])  # members ascend, so a < b stays true in the group's order
+        out_b.append(members[b])
+        out_s.append(vals)
+    if not out_a:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    a, b, vals = np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s)
+    _, first = np.unique(a * len(group) + b, return_index=True)
+    return _top_k(a[first], b[first], vals[first], k)

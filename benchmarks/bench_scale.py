@@ -24,8 +24,8 @@ every recall searches all n memories — the hardest case:
   the JSON keeps each round's p50 / p99 to show how much the load moved them.
 - **dedup**: 200 `remember` calls and one `remember_many` of 1,000 with the default dedup, on
   the full store (after the recalls, so they do not change what is recalled).
-- **reflect**: `agent.reflect()` with its defaults, up to ``--reflect-up-to`` memories (100k by
-  default; pass 1000000 to include 1M).
+- **reflect**: `agent.reflect()` with its defaults, up to ``--reflect-up-to`` memories (1M by
+  default, every size; pass a smaller number to skip the larger sizes).
 - **peak RSS**: engramdb runs in its own process per size (VmHWM after build and recalls; the
   dedup batch and reflection report their own rise); the baselines run in another process.
 
@@ -670,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="passes over the queries, per system")
     ap.add_argument("--batch", type=int, default=1000, help="memories per remember_many call")
     ap.add_argument("--single", type=int, default=1000, help="memories remembered one call each")
-    ap.add_argument("--reflect-up-to", type=int, default=100_000, help="largest size at which reflect() runs")
+    ap.add_argument("--reflect-up-to", type=int, default=1_000_000, help="largest size at which reflect() runs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", type=Path, default=None, help="reuse built databases kept here")
     ap.add_argument("--workdir", type=Path, default=None, help="where the databases are built (default: $TMPDIR)")

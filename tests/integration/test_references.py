@@ -269,3 +269,49 @@ def test_file_refs_resolve_live_in_recall_and_escapes_fall_back_stale(me: Agent,
     assert "next Monday" in resolve_refs(me, recall, reg)[0].notes[0]
     text = resolve_refs(me, recall, reg).as_evidence(500)
     assert "next Monday" in text and "UNTRUSTED EVIDENCE END" in text
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_followed(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "plan.md").write_text("exfiltrated", encoding="utf-8")
+    files = FileResolver(workspace)
+    checked = FileResolver.path_for
+
+    def check_then_swap(self: FileResolver, key: str) -> Path:
+        path = checked(self, key)  # the check passes on the real directory ...
+        (workspace / "notes").rename(workspace / "notes-old")
+        os.symlink(outside, workspace / "notes")  # ... which is then replaced by a symlink out of the root
+        return path
+
+    monkeypatch.setattr(FileResolver, "path_for", check_then_swap)
+    with pytest.raises(OSError, match=r"cannot open file reference 'notes/plan\.md'"):
+        files.resolve("notes/plan.md")
+
+
+def test_a_slow_resolver_times_out_to_its_preview_and_a_stuck_pool_fails_fast() -> None:
+    import threading
+    import time
+
+    release = threading.Event()
+    reg = ReferenceResolvers(timeout=0.05)
+    reg.register("ticket", lambda key: "late" if release.wait(10) else "never")
+    ref = MemoryRef("ticket", "T-7", "Login broken (unassigned)", START)
+    try:
+        got = reg.resolve(ref)
+        assert not got.live and got.text == "Login broken (unassigned)"
+        assert got.reason == "resolver timed out after 0.05 s"
+        for _ in range(6):  # more calls than background threads: the later ones time out too
+            assert reg.resolve(ref).reason == "resolver timed out after 0.05 s"
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while reg.resolve(ref).text != "late" and time.monotonic() < deadline:
+        time.sleep(0.01)  # the stuck calls finish once released; then the pool answers again
+    assert reg.resolve(ref).live
+    assert ReferenceResolvers(timeout=None).timeout is None
+    for bad in (0, -1, True, "5", 10_000):
+        with pytest.raises(ValidationError, match="timeout must be seconds"):
+            ReferenceResolvers(timeout=bad)  # type: ignore[arg-type]

@@ -34,6 +34,8 @@ import re
 import stat
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Protocol, TypeAlias
@@ -107,6 +109,11 @@ def _clip(text: str, limit: int) -> tuple[str, bool]:
 class ReferenceResolvers:
     """A registry of resolvers by reference kind; thread-safe.
 
+    Each resolver call gets `timeout` seconds (default 5): a slower one is given up — its
+    preview is used, marked stale, "timed out" — so that a hung ticket tracker cannot hang a
+    recall. The call itself cannot be killed: it goes on in one of at most `MAX_STUCK` background
+    threads; while they are all busy, further calls time out at once.
+
     Example::
 
         resolvers = ReferenceResolvers()
@@ -115,9 +122,16 @@ class ReferenceResolvers:
         resolvers.resolve(MemoryRef("ticket", "T-7", "login broken")).text
     """
 
-    def __init__(self, resolvers: Mapping[str, ResolverLike] | None = None) -> None:
+    def __init__(self, resolvers: Mapping[str, ResolverLike] | None = None, *, timeout: float | None = 5.0) -> None:
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600
+        ):
+            raise ValidationError(f"timeout must be seconds in (0, 3600] or None, got {timeout!r}")
+        #: seconds one resolver call may take before its preview is used (None: wait as long as it takes)
+        self.timeout = timeout
         self._lock = threading.Lock()
         self._by_kind: dict[str, Callable[[str], str]] = {}
+        self._pool: ThreadPoolExecutor | None = None
         for kind, resolver in (resolvers or {}).items():
             self.register(kind, resolver)
 
@@ -174,7 +188,9 @@ class ReferenceResolvers:
         if fn is None:
             return ResolvedRef(ref, preview, False, f"no resolver for kind {ref.kind!r}", cut)
         try:
-            text = fn(ref.key)
+            text = self._call(fn, ref.key)
+        except TimeoutError:
+            return ResolvedRef(ref, preview, False, f"resolver timed out after {self.timeout:g} s", cut)
         except Exception as exc:  # any failure of foreign code means "not available now"
             reason = f"resolver failed: {type(exc).__name__}: {exc}"[:_MAX_REASON]
             return ResolvedRef(ref, preview, False, reason, cut)
@@ -182,6 +198,24 @@ class ReferenceResolvers:
             return ResolvedRef(ref, preview, False, f"resolver returned {type(text).__name__}, not text", cut)
         live, cut = _clip(text, max_chars)
         return ResolvedRef(ref, live, True, None, cut)
+
+    def _call(self, fn: Callable[[str], str], key: str) -> object:
+        if self.timeout is None:
+            return fn(key)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(MAX_STUCK, thread_name_prefix="engramdb-resolver")
+            pool = self._pool
+        future = pool.submit(fn, key)
+        try:
+            return future.result(timeout=self.timeout)
+        except FutureTimeout:
+            future.cancel()  # still queued behind stuck calls: never runs
+            raise TimeoutError from None
+
+
+#: background threads a `ReferenceResolvers` may have in resolver calls at once (stuck ones included)
+MAX_STUCK = 4
 
 
 def _check_max(max_chars: object) -> int:
@@ -250,7 +284,9 @@ class FileResolver:
     Refuses (`ValidationError`) keys that are empty, absolute (POSIX or Windows, drive letters
     included), contain a ``..`` component or a NUL, or that resolve — through symlinks anywhere on
     the path — to somewhere outside `root`. Reads only regular files (no FIFOs, devices or
-    directories), without following a final symlink swapped in after the check. A file larger
+    directories), opening the checked path one directory at a time without following any symlink,
+    so a directory swapped for a symlink after the check fails the read (where the OS offers
+    ``dir_fd``; elsewhere only the final component is protected). A file larger
     than `max_bytes` is cut at a character boundary and marked; text that does not decode is a
     `ValidationError`. OS errors keep their type (`FileNotFoundError`, …) with a message that
     names the key but not the host path.
@@ -299,12 +335,29 @@ class FileResolver:
             raise ValidationError(f"file reference {key!r} resolves outside the resolver root (through a symlink)")
         return real
 
+    def _open(self, path: Path) -> int:
+        """Open the checked `path` for reading: from the root, one component at a time, none followed
+        if it is a symlink (with ``dir_fd``), so the path read is the path checked."""
+        nofollow = getattr(os, "O_NOFOLLOW", 0)
+        flags = os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        parts = path.relative_to(self.root).parts
+        if os.open not in os.supports_dir_fd or not nofollow or not parts:
+            return os.open(path, flags)  # (no parts: the root itself, refused as not a regular file)
+        directory = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            for part in parts[:-1]:
+                inner = os.open(part, os.O_RDONLY | nofollow | getattr(os, "O_DIRECTORY", 0), dir_fd=directory)
+                os.close(directory)
+                directory = inner
+            return os.open(parts[-1], flags, dir_fd=directory)
+        finally:
+            os.close(directory)
+
     def resolve(self, key: str) -> str:
         """The text of the file `key` names (see the class docstring for what is refused)."""
         path = self.path_for(key)
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
         try:
-            fd = os.open(path, flags)
+            fd = self._open(path)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot open file reference {key!r}: {exc.strerror}") from None
         try:

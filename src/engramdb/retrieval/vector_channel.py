@@ -93,6 +93,11 @@ class VectorChannel:
         self._restored = False
 
     @property
+    def approximate(self) -> bool:
+        """True when searches go through a trained IVF rather than a scan of every vector."""
+        return isinstance(self.index, AnnIndex) and self.index.trained
+
+    @property
     def restored(self) -> bool:
         """True when this channel's index came from the side file rather than from every stored vector."""
         return self._restored

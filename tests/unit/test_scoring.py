@@ -147,3 +147,33 @@ def test_config_rejects_a_bad_mu_or_combine() -> None:
         ScoringConfig(mu=-0.1)
     with pytest.raises(ValueError, match="spread_combine"):
         ScoringConfig(spread_combine="mean")
+
+
+_times = st.lists(st.floats(min_value=0, max_value=2e9, allow_nan=False), max_size=70)
+_old = st.one_of(
+    st.just((0, None, None)),
+    st.tuples(st.integers(1, 10_000), st.floats(0, 2e9), st.floats(0, 2e9)).map(
+        lambda t: (t[0], max(t[1], t[2]), min(t[1], t[2]))
+    ),
+)
+
+
+@given(st.lists(st.tuples(_times, _old), max_size=30), st.floats(0.05, 0.95), st.floats(0.0, 2.0))
+def test_vectorised_recencies_equal_the_scalar_base_level(
+    memories: list[tuple[list[float], tuple[int, float | None, float | None]]], d: float, min_age: float
+) -> None:
+    now = 2e9 + 10.0
+    rings = [scoring_pack(times) for times, _ in memories]
+    got = scoring.recencies(rings, [old for _, old in memories], now, d, max(min_age, 1e-3))
+    for (times, (count, newest, oldest)), value in zip(memories, got, strict=True):
+        b = scoring.base_level(
+            times, now, d, old_count=count, old_newest=newest, old_oldest=oldest, min_age=max(min_age, 1e-3)
+        )
+        assert value == pytest.approx(scoring.recency(b), rel=1e-9, abs=1e-12)
+        assert 0.0 <= value < 1.0
+
+
+def scoring_pack(times: list[float]) -> bytes | None:
+    from engramdb.memories.store import pack_times
+
+    return pack_times(times) if times else None

@@ -133,6 +133,38 @@ def recency(b: float) -> float:
     return 0.0 if b == -math.inf else sigmoid(b)
 
 
+def recencies(
+    rings: Sequence[bytes | None],
+    olds: Sequence[tuple[int, float | None, float | None]],
+    now: float,
+    d: float,
+    min_age: float = 1.0,
+) -> list[float]:
+    """σ(B) of many memories at once: `recency(base_level(...))` for each, vectorised.
+
+    `rings` are the packed float64 access times (``pack_times``; None or empty: none) and `olds`
+    the (count, newest, oldest) summaries of the older accesses. σ(ln x) = x / (1 + x), so no
+    logarithm is taken: a memory never accessed gets 0.
+    """
+    import numpy as np
+
+    n = len(rings)
+    if n == 0:
+        return []
+    counts = np.fromiter((len(r) // 8 if r else 0 for r in rings), dtype=np.int64, count=n)
+    total = np.zeros(n)
+    if counts.any():
+        times = np.frombuffer(b"".join(r for r in rings if r), dtype=np.float64)
+        contrib = np.maximum(now - times, min_age) ** -d
+        filled = np.flatnonzero(counts)
+        starts = np.concatenate(([0], np.cumsum(counts[filled])[:-1]))
+        total[filled] = np.add.reduceat(contrib, starts)
+    for i, (count, newest, oldest) in enumerate(olds):
+        if count and newest is not None and oldest is not None:
+            total[i] += petrov_tail(count, newest, oldest, now, d, min_age)
+    return (total / (1.0 + total)).tolist()  # type: ignore[no-any-return]
+
+
 def importance_score(importance: float) -> float:
     return importance / 10.0
 

@@ -27,7 +27,6 @@ from engramdb.memories.store import (
     Visibility,
     log_accesses,
     row_to_memory,
-    unpack_times,
 )
 from engramdb.retrieval.keywords import keywords, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
@@ -47,7 +46,7 @@ class _Cand:
     n: int
     mtype: str
     importance: float
-    ring: tuple[float, ...]
+    ring: bytes | None  # packed access times (`pack_times`)
     old: tuple[int, float | None, float | None]
     cos: float = 0.0
     cue: float = 0.0
@@ -105,7 +104,7 @@ class Recaller:
         """The scoring fields of the visible memories among `ns` (from the lexical channel's cache
         of them, refreshed at the start of the recall), with their cue overlap with the query."""
         return {
-            n: _Cand(n, mtype, importance, unpack_times(ring), old, cue=cue, created=created)
+            n: _Cand(n, mtype, importance, ring, old, cue=cue, created=created)
             for n, mtype, importance, ring, old, cue, created in self.lexical.fields(ns, vis, qstems, types=types)
         }
 
@@ -261,20 +260,11 @@ class Recaller:
         if qvec is not None and self.channel is not None:
             missing = [c.n for c in cands if c.n not in vector]
             cosines = {**self.channel.cosines(qvec, missing), **vector}
-        for c in cands:
+        recs = scoring.recencies([c.ring for c in cands], [c.old for c in cands], now, cfg.decay, cfg.min_age)
+        for c, rec in zip(cands, recs, strict=True):
             c.cos = max(cosines.get(c.n, 0.0), 0.0)  # c.cue comes with the candidate (`_candidates`)
             c.when = 1.0 if any(c.created in w for w in windows) else 0.0
-            old_count, old_newest, old_oldest = c.old
-            b = scoring.base_level(
-                c.ring,
-                now,
-                cfg.decay,
-                old_count=old_count,
-                old_newest=old_newest,
-                old_oldest=old_oldest,
-                min_age=cfg.min_age,
-            )
-            c.raw_rec = scoring.recency(b)
+            c.raw_rec = rec
 
     def _normalise(
         self, cands: list[_Cand], bounds: dict[str, tuple[float, float]] | None = None

@@ -566,7 +566,18 @@ class Agent(AgentExtras):
                 "refs = '[]', terms = '', content_hash = '', changed = ? WHERE n = ?",
                 (f"forgotten:{n}", next_change(db), n),
             )
+        self._scrub(conn)
         return stone
+
+    def _scrub(self, conn: Any) -> None:
+        """After a forget: drop the vector side file and move the write-ahead log into the database
+        (secure_delete has zeroed the freed space there), so older copies of the text in the log
+        are overwritten. Best effort: a checkpoint that other readers block is left to SQLite's
+        next one."""
+        self.engine.drop_vector_file()
+        if not conn.raw.in_transaction:
+            with translate(conn):
+                conn.raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def prune(self, *, include_shared: bool = False) -> list[str]:
         """Archive this agent's memories whose retention fell below the threshold; return their ids.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -53,6 +54,9 @@ class DynamicMemoryEngine:
         max_value_bytes: the largest string or blob a scope statement may build.
         synchronous: SQLite's ``synchronous`` setting; ``"NORMAL"`` (default) survives process
             crashes in WAL mode, ``"FULL"`` also power loss.
+        secure_delete: SQLite's ``secure_delete``: deleted and overwritten content is zeroed, so
+            `Agent.forget` leaves no copy of the text in the file. ``"FAST"`` (default) in the
+            b-tree pages, at no extra I/O; ``"ON"`` also in pages that become wholly free.
         memory_embedder: the embedder of typed memories: ``"default"`` (the offline static model
             when the ``memory`` extra is installed, else none), an `Embedder`, or None for
             lexical-only recall.
@@ -80,6 +84,7 @@ class DynamicMemoryEngine:
         statement_timeout: float = 5.0,
         max_value_bytes: int = 16 * 1024 * 1024,
         synchronous: str = "NORMAL",
+        secure_delete: str = "FAST",
         memory_embedder: Embedder | str | None = "default",
         scoring: ScoringConfig | None = None,
         forgetting: ForgettingPolicy | None = None,
@@ -92,6 +97,7 @@ class DynamicMemoryEngine:
             statement_timeout=statement_timeout,
             max_value_bytes=max_value_bytes,
             synchronous=synchronous,
+            secure_delete=secure_delete,
         )
         self.clock = clock
         self._store = SqliteStore(path, settings)
@@ -193,6 +199,20 @@ class DynamicMemoryEngine:
         """The in-memory vector cache of memories (engine-internal)."""
         return self._memory()[1]
 
+    def drop_vector_file(self) -> None:
+        """Delete the vector side file, if any (it is only a cache): `Agent.forget` calls this so
+        that a forgotten memory's vector does not outlive it on disk. The next save writes a new
+        one from a cache that no longer holds the vector."""
+        if not self._persistent:
+            return
+        embedder = self.memory_embedder
+        if embedder is None:
+            return
+        from engramdb.retrieval.vector_file import side_file_for
+
+        with contextlib.suppress(FileNotFoundError):
+            side_file_for(self._store.path, embedder.name).unlink()
+
     @property
     def path(self) -> Path:
         """The database file."""
@@ -233,7 +253,7 @@ class DynamicMemoryEngine:
         parts = self._memory_parts
         try:
             if parts is not None and parts[1] is not None:
-                parts[1].save_if_changed()
+                parts[1].save_if_changed(self._store.connection("engine").raw)
         finally:
             self._store.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -125,6 +126,29 @@ def test_forget_leaves_a_tombstone_and_blocks_silent_recreation(eng: DynamicMemo
     db = sqlite3.connect(eng.path)
     assert db.execute("SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'").fetchone()[0] == 1
     db.close()
+
+
+def test_forgotten_text_is_gone_from_every_file_on_disk(tmp_path: Path, clock: FixedClock) -> None:
+    """Not only unlinked from the b-tree: the bytes of the text, its old version and its index
+    terms are overwritten (secure_delete) and the write-ahead log is checkpointed away."""
+    path = tmp_path / "m.db"
+    marker = "Zanzibarquux"
+
+    def files_holding(needle: str) -> list[str]:
+        return [f.name for f in tmp_path.iterdir() if f.is_file() and needle.encode() in f.read_bytes()]
+
+    with DynamicMemoryEngine(path, clock=clock) as eng:
+        me = eng.agent("alice")
+        for i in range(300):  # enough rows that the memory shares its pages with others
+            me.remember(f"filler note {i} about the weekly deploy rota", dedup=False)
+        m = me.remember(f"The courier's passphrase is {marker} 7")
+        me.update(m.id, content=f"The courier's passphrase is {marker} 8")  # keeps a version of the old text
+        me.recall("the courier")  # loads the caches (and the vector file once there is one)
+        assert files_holding(marker)
+        me.forget(m.id, reason="secret")
+        assert not files_holding(marker), "the forgotten text is still on disk"
+        me.remember("a note written after the forget")
+    assert not files_holding(marker)
 
 
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
@@ -276,3 +300,13 @@ def test_commitments_are_not_deduplicated_and_unfired_intents_are_not_pruned(
     clock.advance(400 * DAY)
     assert intent.id not in me.prune()
     assert [m.id for m in me.due(event="deploy")] == [intent.id]
+
+
+def test_secure_delete_is_fast_or_on_never_off(tmp_path: Path) -> None:
+    with DynamicMemoryEngine(tmp_path / "a.db", secure_delete="on") as eng:
+        assert eng.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 1
+    with DynamicMemoryEngine(tmp_path / "b.db") as eng:  # FAST: SQLite reports 2
+        assert eng.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 2
+    for bad in ("OFF", "", 1):
+        with pytest.raises(ValueError, match='secure_delete must be "FAST" or "ON"'):
+            DynamicMemoryEngine(tmp_path / "c.db", secure_delete=bad)  # type: ignore[arg-type]

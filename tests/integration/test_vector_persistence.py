@@ -130,17 +130,42 @@ def test_writes_made_after_the_save_are_seen_after_reopen(
         added = w.remember("a purple walrus painted the lighthouse at dawn")
         old = w.search("violet lynx on day 12", k=1)[0].memory
         w.update(old.id, content="the grey mole dug under the lighthouse")
-        gone = w.search("amber wren ferry", k=1)[0].memory
-        gone_n = key_of(writer, gone.id)
-        w.forget(gone.id)
         expected = results(running)  # the long-running engine refreshed incrementally
         with open_engine(db, clock) as engine:
             assert results(engine) == expected
             assert channel_of(engine).restored
-            assert gone_n not in vector_hits(engine, gone.content)
             me = engine.agent("alice")
             assert me.search("purple walrus lighthouse", k=1)[0].memory.id == added.id
             assert me.search("grey mole dug under the lighthouse", k=1)[0].memory.id == old.id
+
+
+def saved_rows(path: Path) -> Any:
+    with np.load(path) as npz:
+        return np.array(npz["vectors"])
+
+
+def test_a_forgotten_memorys_vector_leaves_every_side_file(db: Path, clock: FixedClock) -> None:
+    """forget() drops the side file; a cache that still holds the vector zeroes it before any
+    later save, even one written at close by another engine that loaded it before the forget."""
+    with open_engine(db, clock) as stale, open_engine(db, clock) as writer:
+        results(stale)  # holds every vector, the one about to be forgotten included
+        w = writer.agent("alice")
+        gone = w.search("amber wren ferry", k=1)[0].memory
+        gone_n = key_of(writer, gone.id)
+        vec = channel_of(stale).index.vectors_of(np.array([gone_n]))[0].copy()
+        assert side(db).exists() and (np.abs(saved_rows(side(db)) - vec).max(axis=1) < 1e-6).any()
+        w.forget(gone.id)
+        assert not side(db).exists()
+        # the stale engine has new rows to save (more than a tenth of its cache) when it closes
+        stale.agent("alice").remember_many([{"content": f"{t} (again, later)"} for t in TEXTS[:100]])
+    assert side(db).exists()  # written at close, after catching up with the forget
+    assert not (np.abs(saved_rows(side(db)) - vec).max(axis=1) < 1e-6).any()
+    with open_engine(db, clock) as engine:
+        results(engine)
+        assert channel_of(engine).restored
+        assert gone_n not in vector_hits(engine, gone.content)
+        row = channel_of(engine).index.row_of(gone_n)
+        assert row is None or not channel_of(engine).index.vectors_of(np.array([gone_n])).any()
 
 
 def test_forgotten_memories_stay_invisible_after_reopen(
@@ -155,15 +180,14 @@ def test_forgotten_memories_stay_invisible_after_reopen(
         keys = {m.id: key_of(engine, m.id) for m in (before, after)}
         assert keys[before.id] in vector_hits(engine, before.content)
         me.forget(before.id)
-        channel_of(engine).index.rebuild()  # so that the next refresh saves, with `before` hidden
+        channel_of(engine).index.rebuild()  # so that the next refresh saves, with `before` purged
         results(engine)
         assert saved_change(side(path)) == current_change(engine.store.connection("engine").raw)
-        me.forget(after.id)  # after the save: the file still holds its vector as visible
+        me.forget(after.id)  # drops the file again
+        assert not side(path).exists()
         expected = results(engine)
-    no_rebuild(monkeypatch)
     with open_engine(path, clock) as engine:
         assert results(engine) == expected
-        assert channel_of(engine).restored
         for memory in (before, after):
             assert keys[memory.id] not in vector_hits(engine, memory.content)
 

@@ -118,30 +118,43 @@ class VectorChannel:
             if isinstance(index, AnnIndex) and index.generation != self._saved_generation:
                 self._save()
 
-    def save_if_changed(self) -> None:
+    def save_if_changed(self, db: sqlite3.Connection | None = None) -> None:
         """Save the side file when more than a tenth of the cached rows were loaded or hidden since
-        the last save (or since the file was adopted); called by `DynamicMemoryEngine.close`."""
+        the last save (or since the file was adopted); called by `DynamicMemoryEngine.close`.
+        With `db`, catch up with it first: a cache behind the database may still hold a vector
+        forgotten since, and must not write it out."""
         with self._lock:
+            if db is not None and self._seen >= 0:
+                self.refresh(db)
             if self._dirty > _CLOSE_SAVE_SHARE * len(self.index):
                 self._save()
 
     # -- loading ----------------------------------------------------------------------------------
 
     def _apply(self, rows: list[Any]) -> None:
-        """Cache `rows` (of `_ROWS`): upsert their vectors, or hide the ones that have none.
+        """Cache `rows` (of `_ROWS`): upsert their vectors, or purge the ones that have none.
 
         A changed row without a vector (forgotten, or written without an embedder) must not keep a
-        stale cached vector visible: it is marked archived in the cache.
+        stale cached vector visible, nor anywhere at all once forgotten: it is marked archived in
+        the cache and its vector is overwritten with zeros, in the matrix and in the IVF, so no
+        later save of the side file carries it.
         """
         track = self.side_file is not None
+        purged = []
         for r in rows:
             if r[9] is None:
                 row = self.index.row_of(r[0])
                 if row is not None:
                     self.cols.hide(row)
+                    purged.append(r[0])
                     if track:
                         self._changed[row] = ~int(r[1])
                     self._dirty += 1
+        if purged:
+            keys = np.asarray(purged, dtype=np.int64)
+            gone = np.flatnonzero(np.any(self.index.vectors_of(keys) != 0, axis=1))
+            if len(gone):
+                self.index.upsert(keys[gone], np.zeros((len(gone), self.index.dim), dtype=np.float32))
         rows = [r for r in rows if r[9] is not None]
         if not rows:
             return

@@ -559,6 +559,7 @@ class Agent(AgentExtras):
             db.execute("DELETE FROM engram_edges WHERE src = ? OR dst = ?", (n, n))
             db.execute("DELETE FROM engram_vectors WHERE n = ?", (n,))
             db.execute("DELETE FROM engram_versions WHERE n = ?", (n,))
+            _scrub_recall_log(db, memory.tenant, memory.id, f"forgotten:{n}")
             # An archived husk without text stays, so the access stream keeps its key and caches
             # see the change; its id is retired so the old id answers NotFound from now on.
             db.execute(
@@ -813,3 +814,25 @@ class Agent(AgentExtras):
         now = self.engine.clock()
         out = [self._annotated(r, now) for r in rows]
         return [m for m in out if wanted is None or m.type in wanted]
+
+
+def _scrub_recall_log(db: sqlite3.Connection, tenant: str, memory_id: str, retired: str) -> None:
+    """Rewrite the recall log's mentions of a forgotten memory (as a hit or a near miss): its
+    title goes and its id becomes the retired one, so `explain(recall_id)` still shows that
+    something ranked there, but not what it said. One scan of the tenant's recall records."""
+    pattern = f'%"{memory_id}"%'
+    rows = db.execute(
+        "SELECT recall_id, params, near_misses FROM engram_recalls WHERE tenant = ? AND (params LIKE ? OR near_misses LIKE ?)",
+        (tenant, pattern, pattern),
+    ).fetchall()
+
+    def scrub(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [dict(e, memory_id=retired, title="") if e.get("memory_id") == memory_id else e for e in entries]
+
+    for recall_id, params, near in rows:
+        p = json.loads(params)
+        p["hits"] = scrub(p.get("hits", []))
+        db.execute(
+            "UPDATE engram_recalls SET params = ?, near_misses = ? WHERE recall_id = ?",
+            (json.dumps(p), json.dumps(scrub(json.loads(near))), recall_id),
+        )

@@ -141,7 +141,7 @@ def test_forgotten_text_is_gone_from_every_file_on_disk(tmp_path: Path, clock: F
         me = eng.agent("alice")
         for i in range(300):  # enough rows that the memory shares its pages with others
             me.remember(f"filler note {i} about the weekly deploy rota", dedup=False)
-        m = me.remember(f"The courier's passphrase is {marker} 7")
+        m = me.remember(f"The courier's passphrase is {marker} 7", title=f"{marker} passphrase", tags=[marker])
         me.update(m.id, content=f"The courier's passphrase is {marker} 8")  # keeps a version of the old text
         me.recall("the courier")  # loads the caches (and the vector file once there is one)
         assert files_holding(marker)
@@ -310,3 +310,17 @@ def test_secure_delete_is_fast_or_on_never_off(tmp_path: Path) -> None:
     for bad in ("OFF", "", 1):
         with pytest.raises(ValueError, match='secure_delete must be "FAST" or "ON"'):
             DynamicMemoryEngine(tmp_path / "c.db", secure_delete=bad)  # type: ignore[arg-type]
+
+
+def test_a_recall_that_showed_a_forgotten_memory_replays_without_its_title(eng: DynamicMemoryEngine) -> None:
+    me = eng.agent("alice")
+    secret = me.remember("the vault code is 4471", title="vault code")
+    me.remember("the vault is in the basement", title="vault place")
+    rec = me.recall("vault code", k=1)
+    assert rec[0].memory.id == secret.id
+    me.forget(secret.id)
+    replay = me.explain(rec.recall_id)
+    shown = [(e.memory_id, e.title) for e in (*replay.hits, *replay.near_misses)]
+    assert secret.id not in {mid for mid, _ in shown} and "vault code" not in {t for _, t in shown}
+    assert replay.hits[0].memory_id.startswith("forgotten:") and replay.hits[0].title == ""
+    assert [e.title for e in replay.near_misses] == ["vault place"]

@@ -573,12 +573,20 @@ class Agent(AgentExtras):
     def _scrub(self, conn: Any) -> None:
         """After a forget: drop the vector side file and move the write-ahead log into the database
         (secure_delete has zeroed the freed space there), so older copies of the text in the log
-        are overwritten. Best effort: a checkpoint that other readers block is left to SQLite's
-        next one."""
+        are overwritten. Best effort, waiting at most 0.1 s: a checkpoint that another process's
+        open read blocks is left to SQLite's later ones (the log is reused from its start once
+        every reader has moved on)."""
         self.engine.drop_vector_file()
-        if not conn.raw.in_transaction:
+        raw = conn.raw
+        if raw.in_transaction:
+            return
+        waited = raw.execute("PRAGMA busy_timeout").fetchone()[0]
+        try:
             with translate(conn):
-                conn.raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                raw.execute("PRAGMA busy_timeout=100")
+                raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            raw.execute(f"PRAGMA busy_timeout={int(waited)}")
 
     def prune(self, *, include_shared: bool = False) -> list[str]:
         """Archive this agent's memories whose retention fell below the threshold; return their ids.

@@ -324,3 +324,23 @@ def test_a_recall_that_showed_a_forgotten_memory_replays_without_its_title(eng: 
     assert secret.id not in {mid for mid, _ in shown} and "vault code" not in {t for _, t in shown}
     assert replay.hits[0].memory_id.startswith("forgotten:") and replay.hits[0].title == ""
     assert [e.title for e in replay.near_misses] == ["vault place"]
+
+
+def test_forget_does_not_wait_for_another_processs_open_read(eng: DynamicMemoryEngine) -> None:
+    import time
+
+    me = eng.agent("alice")
+    m = me.remember("a note to forget soon")
+    me.remember("a note to keep")
+    reader = sqlite3.connect(eng.path)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM engram_memories").fetchone()  # holds a snapshot: blocks TRUNCATE
+        started = time.monotonic()
+        me.forget(m.id)
+        assert time.monotonic() - started < 2.0  # not the 30 s busy timeout
+    finally:
+        reader.close()
+    assert eng.store.connection("engine").raw.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+    with pytest.raises(NotFound):
+        me.get(m.id)

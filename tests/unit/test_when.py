@@ -66,6 +66,33 @@ def test_not_dates(text: str) -> None:
     assert windows_in(text, NOW) == ()
 
 
+@pytest.mark.parametrize(
+    ("text", "first", "end"),
+    [  # NOW is Friday 1 September 2023
+        ("what did we decide yesterday?", D(2023, 8, 31), D(2023, 9, 1)),
+        ("anything new today", D(2023, 9, 1), D(2023, 9, 2)),
+        ("the deploy last week", D(2023, 8, 21), D(2023, 8, 28)),
+        ("standups this week", D(2023, 8, 28), D(2023, 9, 4)),
+        ("invoices from last month", D(2023, 8, 1), D(2023, 9, 1)),
+        ("goals this year", D(2023, 1, 1), D(2024, 1, 1)),
+        ("the offsite last year", D(2022, 1, 1), D(2023, 1, 1)),
+        ("3 days ago", D(2023, 8, 29), D(2023, 8, 30)),
+        ("two weeks ago", D(2023, 8, 14), D(2023, 8, 21)),
+        ("a month ago", D(2023, 8, 1), D(2023, 9, 1)),
+        ("Twelve months ago", D(2022, 9, 1), D(2022, 10, 1)),
+        ("in the past 7 days", D(2023, 8, 26), D(2023, 9, 2)),
+        ("the last 2 weeks", D(2023, 8, 19), D(2023, 9, 2)),
+    ],
+)
+def test_phrases_relative_to_the_query_time(text: str, first: dt.date, end: dt.date) -> None:
+    assert [(f, e) for _, f, e in days(text)] == [(first, end)]
+
+
+@pytest.mark.parametrize("text", ["last weekend", "an hour ago", "9999 years ago", "the last time we met"])
+def test_relative_phrases_that_name_no_window(text: str) -> None:
+    assert windows_in(text, NOW) == ()
+
+
 def test_an_impossible_day_falls_back_to_its_month() -> None:
     assert days("on 31 February, 2023") == [("February, 2023", D(2023, 2, 1), D(2023, 3, 1))]
 

@@ -17,9 +17,18 @@ Read, in English, case-insensitively unless said otherwise:
   often the verb) — the latest such month that has started by now;
 - a year alone, 1900-2099, as a whole number: ``2022``.
 
-Relative phrases ("yesterday", "last week") are left alone: in a conversation they are relative to
-when something was said, not to when the question is asked, and the caller (or its LLM) knows
-which. Pass an explicit window to `Agent.recall(when=…)` for those.
+and, relative to the time of the query (an agent asking "what did we decide yesterday?" means the
+day before now):
+
+- ``today``, ``yesterday``;
+- ``this`` / ``last`` ``week`` (Monday to Sunday), ``month``, ``year``;
+- ``N days|weeks|months|years ago`` (N a number or a word up to twelve, "a" for one): that day,
+  or the calendar week, month or year it falls in;
+- ``the last|past N days|weeks`` (up to and including today).
+
+A first name that is a month ("April", "June") reads as that month; pass ``when=None`` to
+`Agent.recall` when the query names such a person, or an explicit window when the caller knows
+better (a question about a conversation, where "last week" was relative to when it was said).
 
 Every window is half-open ``[start, end)`` in epoch seconds, on UTC calendar days (the same days
 `Recall.as_evidence` prints).
@@ -73,6 +82,14 @@ _FORMS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("month-day", re.compile(rf"{_B}{_MON} {_DAY}{_E}", re.IGNORECASE)),
     ("month", re.compile(r"(?<![\w-])(?P<mon>[A-Z][a-z]+)(?![\w-])")),
     ("year", re.compile(rf"{_B}{_YEAR}{_E}")),
+)
+_COUNT = r"(?P<count>\d{1,3}|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_NUMBERS = {w: i for i, w in enumerate("one two three four five six seven eight nine ten eleven twelve".split(), 1)}
+_RELATIVE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("ago", re.compile(rf"{_B}{_COUNT} (?P<unit>day|week|month|year)s? ago{_E}", re.IGNORECASE)),
+    ("past", re.compile(rf"{_B}(?:the )?(?:last|past) {_COUNT} (?P<unit>day|week)s?{_E}", re.IGNORECASE)),
+    ("this", re.compile(rf"{_B}(?P<which>this|last) (?P<unit>week|month|year){_E}", re.IGNORECASE)),
+    ("day", re.compile(rf"{_B}(?P<which>today|yesterday){_E}", re.IGNORECASE)),
 )
 
 
@@ -132,6 +149,33 @@ def _window(form: str, m: re.Match[str], today: dt.date) -> tuple[dt.date, dt.da
         return None
 
 
+def _relative(form: str, m: re.Match[str], today: dt.date) -> tuple[dt.date, dt.date] | None:
+    """The [first day, day after last) a phrase relative to `today` names."""
+    g = m.groupdict()
+    unit = (g.get("unit") or "day").lower()
+    count_word = (g.get("count") or "1").lower()
+    count = 1 if count_word in ("a", "an") else _NUMBERS.get(count_word) or int(count_word)
+    which = (g.get("which") or "").lower()
+    if form == "day":
+        first = today - dt.timedelta(days=1 if which == "yesterday" else 0)
+        return first, first + dt.timedelta(days=1)
+    if form == "past":
+        days = count * (7 if unit == "week" else 1)
+        return today - dt.timedelta(days=days - 1), today + dt.timedelta(days=1)
+    back = count if form == "ago" else int(which == "last")
+    if unit == "day":
+        first = today - dt.timedelta(days=back)
+        return first, first + dt.timedelta(days=1)
+    if unit == "week":
+        monday = today - dt.timedelta(days=today.weekday() + 7 * back)
+        return monday, monday + dt.timedelta(days=7)
+    if unit == "month":
+        months = today.year * 12 + today.month - 1 - back
+        return _month_window(months // 12, months % 12 + 1)
+    year = today.year - back
+    return dt.date(year, 1, 1), dt.date(year + 1, 1, 1)
+
+
 def windows_in(text: str, now: float) -> tuple[TimeWindow, ...]:
     """Every calendar date or period `text` names (see the module docstring), in order of appearance.
 
@@ -143,11 +187,16 @@ def windows_in(text: str, now: float) -> tuple[TimeWindow, ...]:
     today = dt.datetime.fromtimestamp(now, dt.UTC).date()
     taken: list[tuple[int, int]] = []
     found: list[tuple[int, TimeWindow]] = []
-    for form, pattern in _FORMS:
+    forms = [(form, pattern, _window) for form, pattern in _FORMS]
+    forms += [(form, pattern, _relative) for form, pattern in _RELATIVE]
+    for form, pattern, read in forms:
         for m in pattern.finditer(text):
             if any(m.start() < end and start < m.end() for start, end in taken):
                 continue
-            span = _window(form, m, today)
+            try:
+                span = read(form, m, today)
+            except (ValueError, OverflowError):  # "999 years ago": before year 1
+                span = None
             if span is None:
                 continue
             taken.append((m.start(), m.end()))

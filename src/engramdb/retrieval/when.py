@@ -4,7 +4,9 @@
 lift over equally relevant ones from other days. Recall turns such a query into windows and adds
 ``w_when`` to the base score of every candidate created inside one (a boost, never a filter: a
 memory from another day still ranks on its relevance). On LoCoMo, 203 of 1,536 questions name a
-date and 81% of their evidence lies in the window named (see benchmarks/tune_scorer.py).
+calendar date and 81% of their evidence lies in the window named (see docs/locomo.md); 10 more
+use a phrase relative to now, which LoCoMo means relative to the dialogue (they neither help nor
+hurt there: 78% of all 213 questions' evidence lies in the windows read).
 
 Read, in English, case-insensitively unless said otherwise:
 

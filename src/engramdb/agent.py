@@ -809,14 +809,16 @@ class Agent(AgentExtras):
     def memories(
         self, *, types: Sequence[MemoryType | str] | None = None, include_archived: bool = False
     ) -> list[Memory]:
-        """Every memory this agent can see, oldest first (no access is logged)."""
+        """Every memory this agent can see, oldest first (no access is logged). The archived husk a
+        `forget` leaves (for the access stream's sake) is not a memory and is never listed."""
         vis = self._vis(include_archived=include_archived)
         pred, params = vis.sql("m")
         wanted = self._types(types)
         conn = self._db()
         with translate(conn):
             rows = conn.raw.execute(
-                f"SELECT {MEMORY_COLUMNS} FROM engram_memories m WHERE {pred} ORDER BY m.n",  # noqa: S608 - engine-built fragments, values bound
+                f"SELECT {MEMORY_COLUMNS} FROM engram_memories m WHERE {pred} AND m.id NOT LIKE 'forgotten:%' "  # noqa: S608 - engine-built fragments, values bound
+                "ORDER BY m.n",
                 params,
             ).fetchall()
         now = self.engine.clock()

@@ -121,6 +121,7 @@ def test_forget_leaves_a_tombstone_and_blocks_silent_recreation(eng: DynamicMemo
     assert m.id not in {x.id for x in me.memories(include_archived=True)}
     assert all(not x.id.startswith("forgotten:") for x in me.memories(include_archived=True))
     assert all(not r["id"].startswith("forgotten:") for r in me.export(include_archived=True))
+    assert (me.stats().memories, me.stats().archived) == (1, 0)  # `other` alone
     with pytest.raises(Forgotten) as err:
         me.remember("bob's phone number is 555 0100!")  # the same value, case and punctuation aside
     assert err.value.tombstone.memory_id == m.id and "force=True" in str(err.value)

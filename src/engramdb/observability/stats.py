@@ -47,7 +47,9 @@ def compute_stats(db: sqlite3.Connection, vis: Visibility) -> Stats:
     pred, params = vis.sql("m")
     db.execute("DROP TABLE IF EXISTS temp.engram_visible")
     db.execute(
-        f"CREATE TEMP TABLE engram_visible AS SELECT m.n, m.type, m.archived, m.author FROM engram_memories m WHERE {pred}",  # noqa: S608
+        # A forgotten memory's husk (kept for the access stream's keys) is not a memory any more.
+        "CREATE TEMP TABLE engram_visible AS SELECT m.n, m.type, m.archived, m.author FROM engram_memories m "  # noqa: S608
+        f"WHERE {pred} AND m.id NOT LIKE 'forgotten:%'",
         params,
     )
     try:

@@ -69,6 +69,7 @@ _MONTHS = {
     for name in names
 }
 _FULL_MONTH = {name: i for name, i in _MONTHS.items() if len(name) > 4 or name in ("may", "june", "july")}
+_CAPITALISED = {name.capitalize(): i for name, i in _FULL_MONTH.items()}  # a month alone must be capitalised
 _MON = "(?P<mon>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
@@ -123,9 +124,9 @@ def _window(form: str, m: re.Match[str], today: dt.date) -> tuple[dt.date, dt.da
     if form.startswith("iso"):
         month = int(groups["m"])
     elif form == "month":
-        if mon not in {name.capitalize() for name in _FULL_MONTH} or (mon == "May" and m.start() == 0):
+        if mon not in _CAPITALISED or (mon == "May" and m.start() == 0):
             return None
-        month = _FULL_MONTH[mon.lower()]
+        month = _CAPITALISED[mon]
     elif mon is not None:
         if form in ("day-month", "month-day") and not mon[0].isupper():
             return None  # "may 2 of us come": without a year, only a capitalised month is a date

@@ -28,12 +28,14 @@ the metrics and how malformed evidence ids are normalised). Systems:
   change each other's rankings (``recall`` would make every hit of one query more recent for the
   next).
 - ``engramdb-hops2``: the same with ``hops=2`` (recall's default is 1).
-- Ablations of engramdb's scorer, on the same stores: ``rel`` only (recency and importance
-  weights 0, no spreading), ``+rec``, ``+imp`` (each adds that term at its default weight; with
-  spreading added it is the default), ``lexical`` (no embedder: rel from cue overlap and BM25),
-  ``vector`` (rel = cosine alone, λ = 1, μ = 0; the lexical channel's candidates still join the
-  pool — no engine knob switches that channel off — but are judged by their cosine like the rest;
-  recency, importance and spreading stay at their defaults).
+- Ablations of engramdb's scorer, on the same stores: ``rel`` only (every other weight 0, no
+  spreading), ``+rec``, ``+imp``, ``+lifts`` (the dates, entities and temporal context the query
+  names or implies; each step adds its terms at their default weights, with spreading added it is
+  the default), then the default without one lift each (``no-when``, ``no-entity``, ``no-ctx``),
+  ``lexical`` (no embedder: rel from cue overlap and BM25), ``vector`` (rel = cosine alone, λ = 1,
+  μ = 0; the lexical channel's candidates still join the pool — no engine knob switches that
+  channel off — but are judged by their cosine like the rest; the other terms stay at their
+  defaults).
 
 Usage (from the repository root; peers need ``bash benchmarks/peers/setup.sh`` once)::
 
@@ -87,6 +89,10 @@ ENGRAM_SYSTEMS = (
     "engramdb-rel",
     "engramdb-rel+rec",
     "engramdb-rel+rec+imp",
+    "engramdb-lifts",
+    "engramdb-no-when",
+    "engramdb-no-entity",
+    "engramdb-no-ctx",
     "engramdb-lexical",
     "engramdb-vector",
 )
@@ -104,7 +110,11 @@ LABELS = {
     "engramdb-hops2": "engramdb, recall(hops=2)",
     "engramdb-rel": "engramdb ablation: rel only",
     "engramdb-rel+rec": "engramdb ablation: rel + rec",
-    "engramdb-rel+rec+imp": "engramdb ablation: rel + rec + imp (no spread)",
+    "engramdb-rel+rec+imp": "engramdb ablation: rel + rec + imp",
+    "engramdb-lifts": "engramdb ablation: + when + entity + ctx (no spread)",
+    "engramdb-no-when": "engramdb ablation: default without when",
+    "engramdb-no-entity": "engramdb ablation: default without entity",
+    "engramdb-no-ctx": "engramdb ablation: default without ctx",
     "engramdb-lexical": "engramdb ablation: lexical only (no embedder)",
     "engramdb-vector": "engramdb ablation: vector only (λ = 1)",
 }
@@ -334,7 +344,8 @@ class Haystack:
 
 
 def build_engramdb(conv: Conversation, path: Path, *, links: bool = True) -> Haystack:
-    """Remember every turn, session by session at the session's date; link consecutive turns."""
+    """Remember every turn, session by session at the session's date, with its speaker as its
+    entity; link consecutive turns."""
     t0 = time.perf_counter()
     clock = FixedClock(conv.turns[0].ts)
     engine = DynamicMemoryEngine(path, clock=clock)
@@ -346,7 +357,8 @@ def build_engramdb(conv: Conversation, path: Path, *, links: bool = True) -> Hay
     for session, turns in sessions.items():
         clock.set(conv.session_times[session])
         memories = me.remember_many(
-            [{"content": t.content, "type": "episode", "created_at": t.ts} for t in turns], dedup=False
+            [{"content": t.content, "type": "episode", "created_at": t.ts, "entities": [t.speaker]} for t in turns],
+            dedup=False,
         )
         for t, m in zip(turns, memories, strict=True):
             position[m.id] = t.position
@@ -363,12 +375,17 @@ def build_all(conversations: Sequence[Conversation], workdir: Path) -> list[Hays
 
 def engram_variants(base: ScoringConfig) -> dict[str, tuple[ScoringConfig, int, bool]]:
     """system -> (scoring, hops, with the default embedder)."""
+    no_lifts = replace(base, w_when=0.0, w_entity=0.0, w_ctx=0.0)
     return {
         "engramdb": (base, 1, True),
         "engramdb-hops2": (base, 2, True),
-        "engramdb-rel": (replace(base, w_rec=0.0, w_imp=0.0), 0, True),
-        "engramdb-rel+rec": (replace(base, w_imp=0.0), 0, True),
-        "engramdb-rel+rec+imp": (base, 0, True),
+        "engramdb-rel": (replace(no_lifts, w_rec=0.0, w_imp=0.0), 0, True),
+        "engramdb-rel+rec": (replace(no_lifts, w_imp=0.0), 0, True),
+        "engramdb-rel+rec+imp": (no_lifts, 0, True),
+        "engramdb-lifts": (base, 0, True),
+        "engramdb-no-when": (replace(base, w_when=0.0), 1, True),
+        "engramdb-no-entity": (replace(base, w_entity=0.0), 1, True),
+        "engramdb-no-ctx": (replace(base, w_ctx=0.0), 1, True),
         "engramdb-lexical": (base, 1, False),
         "engramdb-vector": (replace(base, lam=1.0, mu=0.0), 1, True),
     }

@@ -10,9 +10,12 @@ over a grid costs seconds, not an engine run per point. The replay is checked ag
 the rankings it predicts for the starting and the fitted constants are compared with real runs.
 
 Fitted: λ (cos vs cue), μ (share of BM25 in rel), whether cosines are min-max scaled, d (decay),
-w_when (the lift of turns said on a date the question names), w_rec and w_imp (w_rel = 1: only ratios matter), γ, the per-hop decay, how spread contributions
-combine (sum / max), the candidates per channel, and hops (0-2; `recall(hops=…)` is a call
-argument, default 1, not a ScoringConfig constant that recall reads) — except what ``--hold`` keeps
+w_when (the lift of turns said on a date the question names), w_entity (of turns whose speaker,
+their entity, the question names), w_ctx and ctx_tau (temporal context: the lift by the best
+candidate said close in time, and how fast it fades), w_rec and w_imp (w_rel = 1: only ratios
+matter), γ, the per-hop decay, how spread contributions combine (sum / max), the candidates per
+channel, and hops (0-2; `recall(hops=…)` is a call argument, default 1, not a ScoringConfig
+constant that recall reads) — except what ``--hold`` keeps
 (by default w_imp, the candidates and w_rec = 0.1; HOLD_REASONS says why). The objective, over the
 questions of categories 1-4 of the training conversations, is by default the mean of the five
 columns the issue wants engramdb first in — recall@1, @5, @10, @20 and session recall@5 — since
@@ -50,7 +53,8 @@ import locomo
 from bench_locomo import QUERY_DELAY, Haystack, K, build_engramdb, rank_engramdb
 from engramdb import DynamicMemoryEngine
 from engramdb.memories.scoring import ScoringConfig
-from engramdb.retrieval.keywords import cue_terms, keywords, stem
+from engramdb.memories.scoring import top_weight as top_weight_of
+from engramdb.retrieval.keywords import cue_terms, entity_token, keywords, query_entity_tokens, stem
 from engramdb.retrieval.when import windows_in
 from engramdb.testing import FixedClock
 
@@ -65,6 +69,8 @@ SPEC_DEFAULTS = ScoringConfig(
     w_rec=0.5,
     w_imp=0.5,
     w_when=0.0,  # spec 001 reads no dates from the query
+    w_entity=0.0,  # nor entities
+    w_ctx=0.0,  # nor temporal context
     hop_decay=0.6,
     gamma=0.5,
     candidates=50,
@@ -92,6 +98,9 @@ GRID: dict[str, Sequence[Any]] = {
     "w_rec": [0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
     "w_imp": [0.0, 0.25, 0.5, 1.0],
     "w_when": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0],
+    "w_entity": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0],
+    "w_ctx": [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5],
+    "ctx_tau": [60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 86400.0],
     "gamma": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0],
     "hop_decay": [0.2, 0.4, 0.6, 0.8, 1.0],
     "spread_combine": ["sum", "max"],
@@ -116,6 +125,8 @@ class Query:
     age: np.ndarray  # seconds since the memory's only access (its creation)
     when: np.ndarray  # 1 where the turn was said inside a date the question names (retrieval/when.py)
     named: bool  # the question names a date at all (then w_when counts in the activation's scale)
+    entity: np.ndarray  # 1 where the question names the turn's entity (its speaker)
+    ts: np.ndarray  # when the turn was said (its memory's created_at), for the temporal context
 
 
 @dataclass
@@ -139,7 +150,10 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
         runs = []
         for q in conv.questions:
             hits = me.explain(q.question, k=1000, hops=0).hits
-            feats = {hay.position[h.memory_id]: (h.components.cos, h.components.cue, h.components.bm25) for h in hits}
+            feats = {
+                hay.position[h.memory_id]: (h.components.cos, h.components.cue, h.components.bm25, h.components.entity)
+                for h in hits
+            }
             lex = {hay.position[h.memory_id] for h in hits if h.source in ("lexical", "both")}
             vec = {hay.position[h.memory_id] for h in hits if h.source in ("vector", "both")}
             runs.append((feats, lex, vec))
@@ -150,6 +164,7 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
     n = len(turns)
     docs = embedder.embed([t.content for t in turns])
     terms = [frozenset(cue_terms(t.content).split()) for t in turns]
+    speaker_token = [entity_token(t.speaker) for t in turns]
     prev_all = [i - 1 if i and turns[i - 1].session == t.session else -1 for i, t in enumerate(turns)]
     next_all = [i + 1 if i + 1 < n and turns[i + 1].session == t.session else -1 for i, t in enumerate(turns)]
     # the one access of each memory is its creation, at the clock of remember_many: the session's date
@@ -166,11 +181,14 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
         windows = windows_in(q.question, now)
         when = np.array([any(turns[p].ts in w for w in windows) for p in pos.tolist()], dtype=np.float64)
         qstems = frozenset(stem(w) for w in keywords(q.question))
+        qents = frozenset(query_entity_tokens(q.question))
+        entity = np.array([1.0 if speaker_token[p] in qents else 0.0 for p in pos.tolist()])
         cos = np.maximum(docs[pos] @ qvec, 0.0).astype(np.float64)
         cue = np.array([len(qstems & terms[p]) / len(qstems) if qstems else 0.0 for p in pos.tolist()])
         bm25 = np.zeros(len(pos))
-        for p, (c, u, b) in feats.items():  # the replay must see what the engine saw
+        for p, (c, u, b, e) in feats.items():  # the replay must see what the engine saw
             assert abs(cos[where[p]] - c) < 1e-4 and abs(cue[where[p]] - u) < 1e-9, q.question
+            assert entity[where[p]] == e, q.question
             cos[where[p]], bm25[where[p]] = c, b
         masks = {}
         for size in sizes:
@@ -178,7 +196,8 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
             masks[size] = (np.isin(pos, sorted(lex)), np.isin(pos, sorted(vec)))
         prev = np.array([where.get(prev_all[p], -1) for p in pos.tolist()])
         nxt = np.array([where.get(next_all[p], -1) for p in pos.tolist()])
-        out.append(Query(q, pos, cos, cue, bm25, masks, prev, nxt, age[pos], when, bool(windows)))
+        ts = np.array([turns[p].ts for p in pos.tolist()])
+        out.append(Query(q, pos, cos, cue, bm25, masks, prev, nxt, age[pos], when, bool(windows), entity, ts))
     return Recorded(conv, out)
 
 
@@ -205,12 +224,16 @@ def replay(q: Query, cfg: ScoringConfig, hops: int, k: int = K) -> list[int]:
         rec_raw = 1.0 / (1.0 + np.exp(cfg.decay * np.log(q.age)))  # σ(ln age^−d), one access
     rel = _scaled(rel_raw, rel_raw[cand].min(), rel_raw[cand].max())
     rec = _scaled(rec_raw, rec_raw[cand].min(), rec_raw[cand].max())
+    cidx = np.flatnonzero(cand)
+    ctx = np.zeros(len(q.pos))
+    if cfg.w_ctx:  # anchors: the candidates by their rel, each its own too
+        ctx = (rel[cidx][None, :] * np.exp(-np.abs(q.ts[:, None] - q.ts[cidx][None, :]) / cfg.ctx_tau)).max(axis=1)
     # every turn has importance 5: imp^ = 1
     base = cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * 1.0 + cfg.w_when * q.when
-    cidx = np.flatnonzero(cand)
+    base += cfg.w_entity * q.entity + cfg.w_ctx * ctx
     seeds = cidx[np.lexsort((q.pos[cidx], -base[cidx]))][: max(k, 1)]
     spread = np.zeros(len(q.pos))
-    top_weight = cfg.w_rel + cfg.w_rec + cfg.w_imp + (cfg.w_when if q.named else 0.0) or 1.0
+    top_weight = top_weight_of(cfg, windows=q.named, entity=bool(q.entity[cand].any()))
     act = np.zeros(len(q.pos))
     act[seeds] = base[seeds] / top_weight
     frontier = seeds[act[seeds] > 0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 
 import pytest
@@ -103,4 +104,97 @@ def test_bad_when_changes_nothing(tmp_path: Path, clock: FixedClock) -> None:
     with pytest.raises(ValidationError, match="end after it starts"):
         MemoryQuery("Jolene", when=(20.0, 10.0))
     assert a.stats() == before  # nothing was logged or reinforced
+    e.close()
+
+
+def test_an_entity_the_query_names_lifts_its_memories(tmp_path: Path, clock: FixedClock) -> None:
+    # Same words, same time: only the entity the query names tells the two memories apart.
+    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None)
+    a = e.agent("alice")
+    mel = a.remember("went on a camping trip with the kids", entities=["Melanie"]).id
+    car = a.remember("went on a camping trip with the kids", entities=["Caroline"]).id
+    plain = a.explain("Who went camping with the kids?", k=2, hops=0)
+    assert plain.hits[0].memory_id == mel and all(h.components.entity == 0.0 for h in plain.hits)
+    for query in ("When did Caroline go camping?", "when did CAROLINE'S kids go camping"):
+        named = a.explain(query, k=2, hops=0)
+        assert [h.memory_id for h in named.hits] == [car, mel]
+        assert [h.components.entity for h in named.hits] == [1.0, 0.0]
+        assert named.hits[0].score - named.hits[1].score == pytest.approx(ScoringConfig().w_entity)
+    # the entity is a lift, not a search term: the name alone finds neither memory's words
+    with_name = [h.components.bm25 for h in a.explain("Caroline camping", k=2, hops=0).hits]
+    assert with_name == [h.components.bm25 for h in a.explain("camping", k=2, hops=0).hits]
+    assert a.explain("Caroline", k=2, hops=0).hits == ()
+    # a logged recall replays with the component
+    r = a.recall("When did Caroline go camping?", k=2, hops=0)
+    assert a.explain(r).hits[0].components.entity == 1.0
+    e.close()
+
+
+def test_entities_match_whole_words_and_every_word_of_a_name(tmp_path: Path, clock: FixedClock) -> None:
+    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None)
+    a = e.agent("alice")
+    ny = a.remember("flights booked for the conference", entities=["New York", "ACME Corp."]).id
+
+    def entity(query: str) -> float:
+        hits = a.explain(query, k=1, hops=0).hits
+        assert hits[0].memory_id == ny
+        return hits[0].components.entity
+
+    assert entity("conference flights to new york") == 1.0
+    assert entity("conference flights for acme corp") == 1.0
+    assert entity("conference flights to york") == 0.0  # one word of a two-word name
+    assert entity("conference flights for newyork acme") == 0.0
+    e.close()
+
+
+def test_entity_weight_zero_and_other_readers(tmp_path: Path, clock: FixedClock) -> None:
+    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None, scoring=ScoringConfig(w_entity=0.0))
+    a = e.agent("alice")
+    a.remember("the quarterly report is late", entities=["Dana"])
+    hits = a.explain("Is Dana's quarterly report late?", k=1, hops=0).hits
+    assert hits[0].components.entity == 0.0
+    assert hits[0].score == pytest.approx(e.agent("alice").explain("quarterly report late", k=1, hops=0).hits[0].score)
+    # bob's private memory names Dana too; alice's recall neither sees it nor feels its entity
+    e.agent("bob").remember("the quarterly report is late", entities=["Dana"], shared=False)
+    assert len(a.explain("Is Dana's quarterly report late?", k=5, hops=0).hits) == 1
+    e.close()
+
+
+def _episode(tmp_path: Path, clock: FixedClock, **cfg: float) -> tuple[DynamicMemoryEngine, dict[str, str]]:
+    """A strong match; a weak one made a minute after it; the same weak text made three days later."""
+    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None, scoring=ScoringConfig(**cfg))
+    a = e.agent("alice")
+    t0 = dt.datetime(2023, 3, 13, 9, tzinfo=dt.UTC).timestamp()
+    clock.set(t0 + 30 * 86400)
+    ids = {
+        "later": a.remember("the keys were slow", created_at=t0 + 3 * 86400).id,
+        "match": a.remember("rotate the deploy keys on monday", created_at=t0).id,
+        "near": a.remember("the keys were slow", created_at=t0 + 60).id,
+    }
+    return e, ids
+
+
+def test_temporal_context_lifts_what_was_made_beside_a_strong_match(tmp_path: Path, clock: FixedClock) -> None:
+    e, ids = _episode(tmp_path, clock)
+    cfg = ScoringConfig()
+    ex = e.agent("alice").explain("rotate deploy keys", k=3, hops=0)
+    by = {h.memory_id: h for h in ex.hits}
+    assert [h.memory_id for h in ex.hits] == [ids["match"], ids["near"], ids["later"]]
+    match, near, later = by[ids["match"]].components, by[ids["near"]].components, by[ids["later"]].components
+    assert near.rel == later.rel  # same words: only the time apart differs
+    assert match.ctx == match.rel == 1.0  # a candidate is its own anchor
+    assert near.ctx == pytest.approx(match.rel * math.exp(-60 / cfg.ctx_tau))
+    assert later.ctx == pytest.approx(later.rel)  # three days from the match: its own rel is more
+    assert by[ids["near"]].score - by[ids["later"]].score == pytest.approx(cfg.w_ctx * (near.ctx - later.ctx))
+    assert ex.weights["w_ctx"] == cfg.w_ctx and ex.weights["ctx_tau"] == cfg.ctx_tau
+    e.close()
+
+
+def test_w_ctx_zero_turns_temporal_context_off(tmp_path: Path, clock: FixedClock) -> None:
+    e, ids = _episode(tmp_path, clock, w_ctx=0.0)
+    hits = e.agent("alice").explain("rotate deploy keys", k=3, hops=0).hits
+    assert all(h.components.ctx == 0.0 for h in hits)
+    assert hits[0].memory_id == ids["match"]
+    assert {hits[1].memory_id, hits[2].memory_id} == {ids["near"], ids["later"]}
+    assert hits[1].score == pytest.approx(hits[2].score)  # near and later tie without it
     e.close()

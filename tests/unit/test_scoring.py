@@ -177,3 +177,40 @@ def scoring_pack(times: list[float]) -> bytes | None:
     from engramdb.memories.store import pack_times
 
     return pack_times(times) if times else None
+
+
+def test_temporal_context_is_the_best_anchor_faded_by_time_apart() -> None:
+    from engramdb.memories.scoring import temporal_context
+
+    got = temporal_context([0.0, 900.0, 10_000.0], [0.0, 10_000.0], [1.0, 0.4], 900.0)
+    assert got[0] == pytest.approx(1.0)
+    assert got[1] == pytest.approx(math.exp(-1.0))
+    assert got[2] == pytest.approx(0.4)  # its own anchor beats the far strong one
+    assert temporal_context([1.0], [], [], 900.0) == [0.0]
+    assert temporal_context([], [1.0], [1.0], 900.0) == []
+
+
+@pytest.mark.parametrize("bad", [{"w_entity": -0.1}, {"w_ctx": -1.0}, {"ctx_tau": 0.0}, {"ctx_tau": -5.0}])
+def test_scoring_config_refuses_bad_lifts(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=r"w_entity|ctx_tau"):
+        ScoringConfig(**bad)
+
+
+def test_top_weight_counts_the_lifts_a_query_allows() -> None:
+    from engramdb.memories.scoring import top_weight
+
+    cfg = ScoringConfig(w_rel=1.0, w_rec=0.1, w_imp=0.5, w_when=0.75, w_entity=0.5, w_ctx=1.0)
+    assert top_weight(cfg, windows=False, entity=False) == pytest.approx(2.6)
+    assert top_weight(cfg, windows=True, entity=True) == pytest.approx(3.85)
+
+
+def test_entity_tokens() -> None:
+    from engramdb.retrieval.keywords import entity_terms, entity_token, query_entity_tokens
+
+    assert entity_token("New  York") == entity_token("new york") == "=new+york"
+    assert entity_token("ACME Corp.") == "=acme+corp"
+    assert entity_token("!!") is None
+    assert entity_terms(["Dave", "dave", "New York"]) == "=dave =new+york"
+    toks = query_entity_tokens("Did Caroline's trip to New York go well?")
+    assert {"=caroline", "=new+york", "=did+caroline+s+trip+to+new"} <= set(toks)
+    assert "=did+caroline+s+trip+to+new+york" not in toks  # longer than MAX_ENTITY_WORDS

@@ -121,6 +121,8 @@ class Components:
     cue: float = 0.0  # raw share of query keywords found in the memory
     bm25: float = 0.0  # raw BM25 (higher is better), 0 when not a lexical candidate
     when: float = 0.0  # 1 when the memory was created inside a time window the query names, else 0
+    entity: float = 0.0  # 1 when the query names one of the memory's entities, else 0
+    ctx: float = 0.0  # temporal context: the best candidate's rel, faded by how far apart in time they were made
 
 
 @dataclass(frozen=True, slots=True)

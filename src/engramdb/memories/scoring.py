@@ -7,8 +7,15 @@
     rec(m)    = σ(B(m))
     imp(m)    = importance / 10
     when(m,q) = 1 if m was created inside a date the query names, else 0   (retrieval/when.py)
-    S_base    = a_rel·rel^ + a_rec·rec^ + a_imp·imp^ + a_when·when   ^ = min-max over the candidates
+    ent(m,q)  = 1 if the query names one of m's entities, else 0
+    ctx(m,q)  = max_j rel^(j)·exp(−|t_m − t_j| / τ) over the candidates j  temporal context
+    S_base    = a_rel·rel^ + a_rec·rec^ + a_imp·imp^ + a_when·when + a_ent·ent + a_ctx·ctx
     S         = S_base + γ·spread                                spreading over typed edges
+
+(^ = min-max over the candidates.) ctx is the contiguity effect of episodic memory (Howard &
+Kahana's temporal context model): what was laid down close in time to a strong match is lifted
+with it — the other turns of the conversation that matched, the steps of the task that did — and
+m's own rel counts (j = m), so a match that sits in a matching episode rises too.
 
 cos^ is min-max over the candidates (with ``cos_minmax``, else the raw cosine) and bm25~ is BM25
 over the best candidate's BM25, so that the channels are mixed on comparable scales: cosines of a
@@ -40,22 +47,25 @@ class ScoringConfig:
     """Every constant of recall scoring.
 
     Spec 001 started from nooa-memory's values (λ 0.7, a_rec 0.5, γ 0.5, summed spread, BM25 only
-    choosing candidates). λ, μ, γ and ``spread_combine`` are fitted on LoCoMo by
-    benchmarks/tune_scorer.py (conversations 0-6; on the held-out 7-9, evidence recall@10 rose
-    from 0.577 to 0.675 and recall@1 from 0.25 to 0.35; a_when, added later, is fitted at 0.3:
-    held-out 0.675 -> 0.680, all ten 0.669 -> 0.686). a_rec is held at 0.1 rather than the fit's
-    0: LoCoMo shows what recency costs, not what it buys an agent. a_imp and the candidate count
-    are not LoCoMo's to fit. See docs/locomo.md.
+    choosing candidates). λ, μ, a_when, a_ent, a_ctx, τ, γ and ``spread_combine`` are fitted on
+    LoCoMo by benchmarks/tune_scorer.py (conversations 0-6; on the held-out 7-9 evidence
+    recall@10 rose from 0.583 with spec 001's constants to 0.681 before entities and temporal
+    context, and to 0.755 with them). a_rec is held at 0.1 rather than the fit's 0: LoCoMo shows
+    what recency costs, not what it buys an agent. a_imp and the candidate count are not LoCoMo's
+    to fit. See docs/locomo.md.
     """
 
-    lam: float = 0.9  # λ: weight of cosine against cue overlap in rel (spec 001: 0.7)
+    lam: float = 1.0  # λ: weight of cosine against cue overlap in rel (spec 001: 0.7)
     mu: float = 0.1  # μ: share of BM25 (over the best candidate's) in rel; 0 = BM25 only picks candidates
     cos_minmax: bool = False  # min-max cos over the candidates before mixing (static-embedding cosines bunch up)
     decay: float = 0.5  # d: power-law decay of each access
     w_rel: float = 1.0
     w_rec: float = 0.1  # a_rec (spec 001: 0.5, which costs 0.065 recall@10 on LoCoMo)
     w_imp: float = 0.5
-    w_when: float = 0.3  # a_when: lift of a memory made inside a date the query names (0 = off)
+    w_when: float = 0.75  # a_when: lift of a memory made inside a date the query names (0 = off)
+    w_entity: float = 0.5  # a_ent: lift of a memory one of whose entities the query names (0 = off)
+    w_ctx: float = 1.0  # a_ctx: lift by the best candidate made close in time (0 = off)
+    ctx_tau: float = 900.0  # τ, seconds: how fast the temporal context lift fades with the time apart
     hops: int = 1
     hop_decay: float = 0.6  # activation kept per hop
     fanout: int = 5  # edges followed per node, strongest first
@@ -77,8 +87,10 @@ class ScoringConfig:
             raise ValueError('spread_combine must be "sum" or "max"')
         if not 0 < self.decay < 1:
             raise ValueError("decay must be in (0, 1)")
-        if self.w_when < 0:
-            raise ValueError("w_when must be >= 0")
+        if self.w_when < 0 or self.w_entity < 0 or self.w_ctx < 0:
+            raise ValueError("w_when, w_entity and w_ctx must be >= 0")
+        if not self.ctx_tau > 0:
+            raise ValueError("ctx_tau must be > 0 (seconds)")
         if self.hops < 0 or self.fanout < 0 or self.ring_size < 1 or self.candidates < 1:
             raise ValueError("hops, fanout must be >= 0; ring_size, candidates >= 1")
 
@@ -179,9 +191,47 @@ def minmax(values: Sequence[float]) -> list[float]:
     return [(v - lo) / (hi - lo) for v in values]
 
 
-def base_score(rel: float, rec: float, imp: float, cfg: ScoringConfig, when: float = 0.0) -> float:
-    """a_rel·rel + a_rec·rec + a_imp·imp + a_when·when (inputs already normalised; when is 0 or 1)."""
-    return cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * imp + cfg.w_when * when
+def base_score(
+    rel: float, rec: float, imp: float, cfg: ScoringConfig, when: float = 0.0, entity: float = 0.0, ctx: float = 0.0
+) -> float:
+    """a_rel·rel + a_rec·rec + a_imp·imp + a_when·when + a_ent·ent + a_ctx·ctx (inputs already
+    normalised; when and entity are 0 or 1, ctx is in [0, 1])."""
+    return (
+        cfg.w_rel * rel
+        + cfg.w_rec * rec
+        + cfg.w_imp * imp
+        + cfg.w_when * when
+        + cfg.w_entity * entity
+        + cfg.w_ctx * ctx
+    )
+
+
+def temporal_context(
+    times: Sequence[float], anchor_times: Sequence[float], anchor_rel: Sequence[float], tau: float
+) -> list[float]:
+    """ctx of each memory made at `times`: max_j anchor_rel[j]·exp(−|t − anchor_times[j]| / τ).
+
+    The anchors are the recall's candidates with their normalised rel; a memory among them is its
+    own anchor (|Δt| = 0), so its ctx is at least its rel.
+    """
+    import numpy as np
+
+    if not len(times) or not len(anchor_times):
+        return [0.0] * len(times)
+    t = np.asarray(times, dtype=np.float64)
+    at = np.asarray(anchor_times, dtype=np.float64)
+    ar = np.asarray(anchor_rel, dtype=np.float64)
+    lift = ar[None, :] * np.exp(-np.abs(t[:, None] - at[None, :]) / tau)
+    return lift.max(axis=1).tolist()  # type: ignore[no-any-return]
+
+
+def top_weight(cfg: ScoringConfig, *, windows: bool, entity: bool) -> float:
+    """The highest base score a query allows — a_rel + a_rec + a_imp, a_ctx, a_when when it names
+    a date, a_ent when it names an entity of some candidate — so that base / top_weight is a
+    spreading activation in [0, 1]."""
+    total = cfg.w_rel + cfg.w_rec + cfg.w_imp + cfg.w_ctx
+    total += (cfg.w_when if windows else 0.0) + (cfg.w_entity if entity else 0.0)
+    return total or 1.0
 
 
 #: neighbours(nodes) -> {node: [(neighbour, causal, weight), ...]}; it returns visible neighbours only.

@@ -184,3 +184,33 @@ def cue_terms(*texts: str) -> str:
     """The distinct stems of `texts` but stopwords', space-separated and sorted: stored with each
     memory for cue overlap and BM25 (queries never ask for a stopword, see `keywords`)."""
     return " ".join(sorted({s for t in texts for w in words(t) if w not in STOPWORDS and (s := stem(w))}))
+
+
+#: Entity tokens live in the lexical index beside the stems; no stem starts with this character.
+ENTITY_MARK = "="
+#: the longest entity name, in words, that a query can name (longer labels are stored, never matched)
+MAX_ENTITY_WORDS = 6
+
+
+def entity_token(label: str) -> str | None:
+    """The index token of an entity label: its lower-cased words joined ("New York" → "=new+york"),
+    so case, punctuation and spacing do not matter; None for a label without a word."""
+    ws = words(label)
+    return ENTITY_MARK + "+".join(ws) if ws else None
+
+
+def entity_terms(labels: Iterable[str]) -> str:
+    """The entity tokens of `labels`, space-separated, for the lexical index."""
+    return " ".join(sorted({t for label in labels if (t := entity_token(label))}))
+
+
+def query_entity_tokens(query: str) -> list[str]:
+    """Every run of 1 to `MAX_ENTITY_WORDS` consecutive words of `query` as an entity token: the
+    query names an entity when one of these is the entity's token (a whole-word, case-blind match;
+    "Caroline's" names "Caroline")."""
+    ws = words(query)
+    out: dict[str, None] = {}
+    for i in range(len(ws)):
+        for j in range(i + 1, min(i + MAX_ENTITY_WORDS, len(ws)) + 1):
+            out.setdefault(ENTITY_MARK + "+".join(ws[i:j]), None)
+    return list(out)

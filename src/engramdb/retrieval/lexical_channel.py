@@ -8,7 +8,9 @@ one array slice and a few vector operations over its postings, with the same BM2
 
 - Terms are the ``terms`` column (distinct stems of title, content and tags but stopwords, written
   with each memory), so term frequency is binary — memories are short — and a document's length is
-  its ``n_tokens``.
+  its ``n_tokens``. A memory's ``entities`` go into the same postings as marked tokens
+  (``keywords.entity_token``: "=new+york"), which no query stem can equal, so they never count
+  for BM25 or cue overlap; recall asks `fields` which candidates hold one the query names.
 - N and each term's document frequency count only what the reader can see, so BM25's statistics
   carry nothing from other tenants or other agents' private memories; the average length is over
   the same visible set.
@@ -23,6 +25,7 @@ one array slice and a few vector operations over its postings, with the same BM2
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
@@ -33,6 +36,7 @@ import numpy.typing as npt
 
 from engramdb.memories.store import Visibility, current_change
 from engramdb.retrieval.columns import VisibilityColumns
+from engramdb.retrieval.keywords import entity_terms
 
 K1 = 1.2
 B = 0.75
@@ -82,7 +86,8 @@ class LexicalChannel:
                 return
             rows = db.execute(
                 "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens, "
-                "importance, ring, old_count, old_newest, old_oldest, created_at FROM engram_memories WHERE changed > ?",
+                "importance, ring, old_count, old_newest, old_oldest, created_at, entities FROM engram_memories "
+                "WHERE changed > ?",
                 (self._seen,),
             ).fetchall()
             if rows:
@@ -129,18 +134,19 @@ class LexicalChannel:
         ring = self._ring
         for r in rows:
             ring[r[0]] = r[11]
-        sigs = np.fromiter((hash(r[8]) for r in rows), dtype=np.int64, count=len(rows))
+        texts = [_indexed(r[8], r[16]) for r in rows]
+        sigs = np.fromiter((hash(t) for t in texts), dtype=np.int64, count=len(rows))
         moved = np.flatnonzero(sigs != self._sig[keys])  # an access or a score changed, not the text
         if not len(moved):
             return
         self._sig[keys[moved]] = sigs[moved]
         if len(moved) > BULK:
-            self._bulk(keys[moved], [rows[i][8] for i in moved.tolist()])
+            self._bulk(keys[moved], [texts[i] for i in moved.tolist()])
             return
         for i in moved.tolist():
             key = int(keys[i])
             self._retire(key)
-            ids = self._term_ids(rows[i][8])
+            ids = self._term_ids(texts[i])
             self._delta_docs[key] = ids
             for t in ids:
                 self._delta.setdefault(t, set()).add(key)
@@ -218,11 +224,18 @@ class LexicalChannel:
         return held
 
     def fields(
-        self, keys: Sequence[int], vis: Visibility, stems: Iterable[str], *, types: frozenset[str] | None = None
-    ) -> list[tuple[int, str, float, bytes | None, tuple[int, float | None, float | None], float, float]]:
+        self,
+        keys: Sequence[int],
+        vis: Visibility,
+        stems: Iterable[str],
+        *,
+        types: frozenset[str] | None = None,
+        entities: Sequence[str] = (),
+    ) -> list[tuple[int, str, float, bytes | None, tuple[int, float | None, float | None], float, float, float]]:
         """Recall's scoring fields of those `keys` that `vis` may see (and of `types`): (key, type,
         importance, access ring, (older count, newest, oldest), cue overlap with `stems`, created
-        at) — read from memory, not from the rows."""
+        at, 1.0 if it holds one of the entity tokens `entities` else 0.0) — read from memory, not
+        from the rows."""
         with self._lock:
             n = self._size
             ks = np.asarray([k for k in keys if 0 <= k < n], dtype=np.int64)
@@ -236,6 +249,11 @@ class LexicalChannel:
                 if t is not None:
                     hits += self._holds(t, ks)
             cue = hits / len(distinct) if distinct else np.zeros(len(ks))
+            named = np.zeros(len(ks), dtype=np.bool_)
+            for e in entities:
+                t = self._vocab.get(e)
+                if t is not None:
+                    named |= self._holds(t, ks)
             names = self.cols.types.names()
             out = []
             for i, k in enumerate(ks.tolist()):
@@ -253,6 +271,7 @@ class LexicalChannel:
                         ),
                         float(cue[i]),
                         float(self._created[k]),
+                        1.0 if named[i] else 0.0,
                     )
                 )
             return out
@@ -302,3 +321,11 @@ class LexicalChannel:
                 cand, score = cand[top], score[top]
             order = np.lexsort((cand, -score))
             return dict(zip(cand[order].tolist(), score[order].tolist(), strict=True))
+
+
+def _indexed(terms: str, entities: str | None) -> str:
+    """What the index holds of a row: its stems, and its entities as marked tokens."""
+    if not entities or entities == "[]":
+        return terms
+    marked = entity_terms(json.loads(entities))
+    return f"{terms} {marked}" if terms and marked else terms or marked

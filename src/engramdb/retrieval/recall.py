@@ -3,8 +3,10 @@
 ::
 
     query ─► candidates  BM25 ∪ vector kNN, each restricted to visible memories before ranking
-          ─► features    cos, cue overlap, base-level recency, importance, made inside a date named
-          ─► normalise   min-max over the candidates; S_base = a_rel·rel + a_rec·rec + a_imp·imp + a_when·when
+          ─► features    cos, cue overlap, base-level recency, importance, made inside a date named,
+                         holds an entity the query names
+          ─► normalise   min-max over the candidates; temporal context from the candidates' rel;
+                         S_base = a_rel·rel + a_rec·rec + a_imp·imp + a_when·when + a_ent·ent + a_ctx·ctx
           ─► spread      from the top seeds over typed edges; only visible nodes receive or relay
           ─► top k       S = S_base + γ·spread
           ─► log         one access per hit (deliberate channels reinforce), one recall record
@@ -28,7 +30,7 @@ from engramdb.memories.store import (
     log_accesses,
     row_to_memory,
 )
-from engramdb.retrieval.keywords import keywords, stem
+from engramdb.retrieval.keywords import keywords, query_entity_tokens, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
 from engramdb.retrieval.when import TimeWindow, When, resolve_when
 
@@ -53,6 +55,8 @@ class _Cand:
     created: float = 0.0
     bm25: float = 0.0
     when: float = 0.0
+    entity: float = 0.0
+    ctx: float = 0.0
     lexical: bool = False
     vector: bool = False
     spread: float = 0.0
@@ -76,7 +80,9 @@ class _Cand:
         return "spread"
 
     def components(self) -> Components:
-        return Components(self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25, self.when)
+        return Components(
+            self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx
+        )
 
 
 class Recaller:
@@ -99,13 +105,21 @@ class Recaller:
     # -- candidates ---------------------------------------------------------------------------
 
     def _candidates(
-        self, ns: Sequence[int], vis: Visibility, types: frozenset[str] | None, qstems: Sequence[str]
+        self,
+        ns: Sequence[int],
+        vis: Visibility,
+        types: frozenset[str] | None,
+        qstems: Sequence[str],
+        qents: Sequence[str],
     ) -> dict[int, _Cand]:
         """The scoring fields of the visible memories among `ns` (from the lexical channel's cache
-        of them, refreshed at the start of the recall), with their cue overlap with the query."""
+        of them, refreshed at the start of the recall), with their cue overlap with the query and
+        whether they hold an entity the query names."""
         return {
-            n: _Cand(n, mtype, importance, ring, old, cue=cue, created=created)
-            for n, mtype, importance, ring, old, cue, created in self.lexical.fields(ns, vis, qstems, types=types)
+            n: _Cand(n, mtype, importance, ring, old, cue=cue, created=created, entity=ent)
+            for n, mtype, importance, ring, old, cue, created, ent in self.lexical.fields(
+                ns, vis, qstems, types=types, entities=qents
+            )
         }
 
     def _fetch(self, db: sqlite3.Connection, ns: Sequence[int], vis: Visibility) -> dict[int, Memory]:
@@ -194,6 +208,7 @@ class Recaller:
         conn = self.store.connection("engine")
         db = conn.raw
         qstems = list(dict.fromkeys(stem(w) for w in kws))
+        qents = query_entity_tokens(query) if cfg.w_entity else []
         self.lexical.refresh(db)
         lexical = self.lexical.search(qstems, cfg.candidates, vis, types=type_names)
         vector: dict[int, float] = {}
@@ -202,22 +217,27 @@ class Recaller:
             self.channel.refresh(db)
             qvec = self.embedder.embed([query])[0]
             vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
-        cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems)
+        cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems, qents)
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
         self._features(list(cands.values()), qvec, vector, now, windows)
         bounds = self._normalise(list(cands.values()))
-        # Spread from the best seeds; activation is the base score scaled to [0, 1].
-        top_weight = cfg.w_rel + cfg.w_rec + cfg.w_imp + (cfg.w_when if windows else 0.0) or 1.0
+        # The candidates, by their rel, are the anchors of the temporal context (themselves included).
+        anchors = ([c.created for c in cands.values()], [c.rel for c in cands.values()])
+        self._weigh(list(cands.values()), anchors)
+        # Spread from the best seeds; activation is the base score scaled to [0, 1] by the highest
+        # base this query allows.
+        top_weight = scoring.top_weight(cfg, windows=bool(windows), entity=any(c.entity for c in cands.values()))
         seeds = sorted(cands.values(), key=lambda c: (-c.base, c.n))[: max(k, 1)]
         spread = scoring.spread(
             {c.n: c.base / top_weight for c in seeds}, self._neighbours(db, vis), replace(cfg, hops=hops)
         )
         newcomers = [n for n in spread if n not in cands]
         if newcomers:
-            fresh = list(self._candidates(newcomers, vis, type_names, qstems).values())
+            fresh = list(self._candidates(newcomers, vis, type_names, qstems, qents).values())
             self._features(fresh, qvec, {}, now, windows)
             self._normalise(fresh, bounds)
+            self._weigh(fresh, anchors)
             cands.update({c.n: c for c in fresh})
         for c in cands.values():
             c.spread = spread.get(c.n, 0.0)
@@ -291,8 +311,17 @@ class Recaller:
         norm = {key: _scaled(values, *bounds[key]) for key, values in raw.items()}
         for i, c in enumerate(cands):
             c.rel, c.rec, c.imp = norm["rel"][i], norm["rec"][i], norm["imp"][i]
-            c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg, c.when)
         return bounds
+
+    def _weigh(self, cands: list[_Cand], anchors: tuple[list[float], list[float]]) -> None:
+        """Temporal context from the anchors (creation times, rel), then each base score."""
+        cfg = self.config
+        if cfg.w_ctx:
+            ctx = scoring.temporal_context([c.created for c in cands], *anchors, cfg.ctx_tau)
+            for c, x in zip(cands, ctx, strict=True):
+                c.ctx = x
+        for c in cands:
+            c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg, c.when, c.entity, c.ctx)
 
     def _log(
         self,
@@ -378,6 +407,8 @@ def _explained_json(e: Explained) -> dict[str, Any]:
             "cue": c.cue,
             "bm25": c.bm25,
             "when": c.when,
+            "entity": c.entity,
+            "ctx": c.ctx,
         },
         "source": e.source,
         "selected": e.selected,
@@ -406,6 +437,9 @@ def _weights(cfg: scoring.ScoringConfig) -> dict[str, float]:
         "w_rec": cfg.w_rec,
         "w_imp": cfg.w_imp,
         "w_when": cfg.w_when,
+        "w_entity": cfg.w_entity,
+        "w_ctx": cfg.w_ctx,
+        "ctx_tau": cfg.ctx_tau,
         "gamma": cfg.gamma,
         "hop_decay": cfg.hop_decay,
         "spread_max": float(cfg.spread_combine == "max"),

@@ -69,6 +69,7 @@ def run_engramdb(
             "salience": it.salience,
             "confidence": it.confidence,
             "tags": list(it.tags),
+            "entities": list(it.entities),
             "title": it.title,
             "status": it.status,
             "created_at": it.created_at,

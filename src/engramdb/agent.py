@@ -666,7 +666,9 @@ class Agent(AgentExtras):
         `when` lifts memories made inside a time window (``ScoringConfig.w_when``; a lift, not a
         filter): ``"auto"`` reads the dates the query names ("on 13 March, 2023", "in May 2023"),
         None reads none, and ``(start, end)`` — epoch seconds, dates or aware datetimes — or a
-        list of such pairs is used as given.
+        list of such pairs is used as given. A memory one of whose ``entities`` the query names
+        (whole words, any case) is lifted by ``ScoringConfig.w_entity``, and one made close in
+        time to a strong candidate by ``w_ctx`` (temporal context); ``explain`` shows both.
         """
         if not isinstance(query, str):
             raise ValidationError(f"query must be a str, got {type(query).__name__}")

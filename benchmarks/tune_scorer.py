@@ -237,7 +237,10 @@ def replay(q: Query, cfg: ScoringConfig, hops: int, k: int = K) -> list[int]:
     cidx = np.flatnonzero(cand)
     ctx = np.zeros(len(q.pos))
     if cfg.w_ctx:  # anchors: the candidates by their rel, each its own too
-        ctx = (rel[cidx][None, :] * np.exp(-np.abs(q.ts[:, None] - q.ts[cidx][None, :]) / cfg.ctx_tau)).max(axis=1)
+        gap = np.abs(q.ts[:, None] - q.ts[cidx][None, :])
+        lift = rel[cidx][None, :] * np.exp(-gap / cfg.ctx_tau)
+        lift[(gap == 0.0) & (q.pos[:, None] != q.pos[cidx][None, :])] = 0.0  # one batch is no episode
+        ctx = lift.max(axis=1)
     # every turn has importance 5: imp^ = 1
     base = cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * 1.0 + cfg.w_when * q.when
     base += cfg.w_entity * q.entity + cfg.w_ctx * ctx

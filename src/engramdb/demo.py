@@ -98,7 +98,7 @@ def run(db_path: Path) -> None:
         for h in hits:
             c = h.components
             print(f"#{h.rank} {h.score:.2f} [{h.source}] rel={c.rel:.2f} rec={c.rec:.2f} imp={c.imp:.2f} "
-                  f"spread={c.spread:.2f}  {h.memory.content}")  # fmt: skip
+                  f"ctx={c.ctx:.2f} spread={c.spread:.2f}  {h.memory.content}")  # fmt: skip
         print("(the researcher's private hunch is invisible to the writer)")
         why = writer_mem.explain(hits.recall_id or "")
         print(f"explain({hits.recall_id}): {len(why.hits)} hits replayed from the access stream")

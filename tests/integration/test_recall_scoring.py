@@ -198,3 +198,17 @@ def test_w_ctx_zero_turns_temporal_context_off(tmp_path: Path, clock: FixedClock
     assert {hits[1].memory_id, hits[2].memory_id} == {ids["near"], ids["later"]}
     assert hits[1].score == pytest.approx(hits[2].score)  # near and later tie without it
     e.close()
+
+
+def test_one_batch_is_not_an_episode(tmp_path: Path, clock: FixedClock) -> None:
+    # remember_many without event times stamps every item with the same instant: no order, no context.
+    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None)
+    a = e.agent("alice")
+    match, _ = a.remember_many([{"content": "rotate the deploy keys on monday"}, {"content": "the keys were slow"}])
+    clock.advance(60)
+    after = a.remember("the keys were slow").id  # a minute later: contiguous with the match
+    by = {h.memory_id: h.components for h in a.explain("rotate deploy keys", k=3, hops=0).hits}
+    batch_mate = next(mid for mid in by if mid not in (match.id, after))
+    assert by[batch_mate].ctx == pytest.approx(by[batch_mate].rel)
+    assert by[after].ctx == pytest.approx(by[match.id].rel * math.exp(-60 / ScoringConfig().ctx_tau))
+    e.close()

@@ -182,12 +182,14 @@ def scoring_pack(times: list[float]) -> bytes | None:
 def test_temporal_context_is_the_best_anchor_faded_by_time_apart() -> None:
     from engramdb.memories.scoring import temporal_context
 
-    got = temporal_context([0.0, 900.0, 10_000.0], [0.0, 10_000.0], [1.0, 0.4], 900.0)
+    got = temporal_context([1, 2, 3], [0.0, 900.0, 10_000.0], [1, 3], [0.0, 10_000.0], [1.0, 0.4], 900.0)
     assert got[0] == pytest.approx(1.0)
     assert got[1] == pytest.approx(math.exp(-1.0))
     assert got[2] == pytest.approx(0.4)  # its own anchor beats the far strong one
-    assert temporal_context([1.0], [], [], 900.0) == [0.0]
-    assert temporal_context([], [1.0], [1.0], 900.0) == []
+    assert temporal_context([1], [1.0], [], [], [], 900.0) == [0.0]
+    assert temporal_context([], [], [1], [1.0], [1.0], 900.0) == []
+    # made at the same instant as the strong anchor (one batch): no lift from it, only from itself
+    assert temporal_context([2], [0.0], [1, 2], [0.0, 0.0], [1.0, 0.3], 900.0) == [pytest.approx(0.3)]
 
 
 @pytest.mark.parametrize("bad", [{"w_entity": -0.1}, {"w_ctx": -1.0}, {"ctx_tau": 0.0}, {"ctx_tau": -5.0}])

@@ -207,12 +207,19 @@ def base_score(
 
 
 def temporal_context(
-    times: Sequence[float], anchor_times: Sequence[float], anchor_rel: Sequence[float], tau: float
+    keys: Sequence[int],
+    times: Sequence[float],
+    anchor_keys: Sequence[int],
+    anchor_times: Sequence[float],
+    anchor_rel: Sequence[float],
+    tau: float,
 ) -> list[float]:
-    """ctx of each memory made at `times`: max_j anchor_rel[j]·exp(−|t − anchor_times[j]| / τ).
+    """ctx of each memory (`keys`, made at `times`): max_j anchor_rel[j]·exp(−|t − anchor_times[j]| / τ).
 
     The anchors are the recall's candidates with their normalised rel; a memory among them is its
-    own anchor (|Δt| = 0), so its ctx is at least its rel.
+    own anchor (|Δt| = 0), so its ctx is at least its rel. Two different memories made at the very
+    same instant — one `remember_many` call without event times, a bulk import — carry no order, so
+    they give each other no context: a batch is not an episode.
     """
     import numpy as np
 
@@ -221,7 +228,10 @@ def temporal_context(
     t = np.asarray(times, dtype=np.float64)
     at = np.asarray(anchor_times, dtype=np.float64)
     ar = np.asarray(anchor_rel, dtype=np.float64)
-    lift = ar[None, :] * np.exp(-np.abs(t[:, None] - at[None, :]) / tau)
+    gap = np.abs(t[:, None] - at[None, :])
+    lift = ar[None, :] * np.exp(-gap / tau)
+    same_batch = (gap == 0.0) & (np.asarray(keys)[:, None] != np.asarray(anchor_keys)[None, :])
+    lift[same_batch] = 0.0
     return lift.max(axis=1).tolist()  # type: ignore[no-any-return]
 
 

@@ -223,7 +223,7 @@ class Recaller:
         self._features(list(cands.values()), qvec, vector, now, windows)
         bounds = self._normalise(list(cands.values()))
         # The candidates, by their rel, are the anchors of the temporal context (themselves included).
-        anchors = ([c.created for c in cands.values()], [c.rel for c in cands.values()])
+        anchors = ([c.n for c in cands.values()], [c.created for c in cands.values()], [c.rel for c in cands.values()])
         self._weigh(list(cands.values()), anchors)
         # Spread from the best seeds; activation is the base score scaled to [0, 1] by the highest
         # base this query allows.
@@ -313,11 +313,11 @@ class Recaller:
             c.rel, c.rec, c.imp = norm["rel"][i], norm["rec"][i], norm["imp"][i]
         return bounds
 
-    def _weigh(self, cands: list[_Cand], anchors: tuple[list[float], list[float]]) -> None:
-        """Temporal context from the anchors (creation times, rel), then each base score."""
+    def _weigh(self, cands: list[_Cand], anchors: tuple[list[int], list[float], list[float]]) -> None:
+        """Temporal context from the anchors (keys, creation times, rel), then each base score."""
         cfg = self.config
         if cfg.w_ctx:
-            ctx = scoring.temporal_context([c.created for c in cands], *anchors, cfg.ctx_tau)
+            ctx = scoring.temporal_context([c.n for c in cands], [c.created for c in cands], *anchors, cfg.ctx_tau)
             for c, x in zip(cands, ctx, strict=True):
                 c.ctx = x
         for c in cands:

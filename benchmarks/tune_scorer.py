@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import locomo
 from bench_locomo import QUERY_DELAY, Haystack, K, build_engramdb, rank_engramdb, run_fts5, run_grep
 from engramdb import DynamicMemoryEngine
-from engramdb.memories.scoring import ScoringConfig
+from engramdb.memories.scoring import ScoringConfig, temporal_context
 from engramdb.memories.scoring import top_weight as top_weight_of
 from engramdb.retrieval.keywords import cue_terms, entity_token, keywords, query_entity_tokens, stem
 from engramdb.retrieval.when import windows_in
@@ -237,10 +237,7 @@ def replay(q: Query, cfg: ScoringConfig, hops: int, k: int = K) -> list[int]:
     cidx = np.flatnonzero(cand)
     ctx = np.zeros(len(q.pos))
     if cfg.w_ctx:  # anchors: the candidates by their rel, each its own too
-        gap = np.abs(q.ts[:, None] - q.ts[cidx][None, :])
-        lift = rel[cidx][None, :] * np.exp(-gap / cfg.ctx_tau)
-        lift[(gap == 0.0) & (q.pos[:, None] != q.pos[cidx][None, :])] = 0.0  # one batch is no episode
-        ctx = lift.max(axis=1)
+        ctx = np.asarray(temporal_context(q.pos, q.ts, q.pos[cidx], q.ts[cidx], rel[cidx], cfg.ctx_tau))
     # every turn has importance 5: imp^ = 1
     base = cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * 1.0 + cfg.w_when * q.when
     base += cfg.w_entity * q.entity + cfg.w_ctx * ctx

@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import corpus  # noqa: E402
 from engramdb import DynamicMemoryEngine  # noqa: E402
 from engramdb.memories.reflection import STEPS, ReflectionConfig, Reflector  # noqa: E402
-from engramdb.memories.store import pack_times  # noqa: E402
+from engramdb.memories.text import pack_times  # noqa: E402
 from engramdb.testing import FixedClock  # noqa: E402
 
 DAY = 86_400.0

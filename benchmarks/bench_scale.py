@@ -566,7 +566,7 @@ def git_state() -> dict[str, Any]:
 
 def cache_key(args: argparse.Namespace, n: int) -> str:
     from engramdb.embeddings.static import default_embedder
-    from engramdb.storage.migrations import code_version
+    from engramdb.storage.sqlite.migrations import code_version
 
     source = hashlib.sha256((HERE / "corpus.py").read_bytes()).hexdigest()[:10]
     emb = default_embedder().name.replace("@", "-")

@@ -60,7 +60,7 @@ sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 from engramdb import Channel, Confidentiality, DynamicMemoryEngine  # noqa: E402
 from engramdb.agent import Agent  # noqa: E402
-from engramdb.memories.store import Visibility  # noqa: E402
+from engramdb.memories.model import Visibility  # noqa: E402
 from engramdb.tenancy.contract import ALL_NAMESPACES, MemoryQuery, TenantScope  # noqa: E402
 from engramdb.tenancy.namespaced import NamespacedMemory  # noqa: E402
 from engramdb.testing import FixedClock  # noqa: E402

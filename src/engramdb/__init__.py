@@ -51,7 +51,7 @@ from engramdb.retrieval.evidence import EvidenceItem, render_evidence
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall
 from engramdb.retrieval.retriever import MemoryRetriever, RetrievedRow
 from engramdb.retrieval.when import TimeWindow
-from engramdb.scopes.scope import ExecResult, MemoryScope
+from engramdb.storage.ports import ExecResult, MemoryScope
 from engramdb.tenancy.contract import (
     ALL_NAMESPACES,
     AsyncMemoryStore,

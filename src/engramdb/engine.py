@@ -1,31 +1,33 @@
-"""`DynamicMemoryEngine`: opens a store and hands out table scopes (and, later, agents)."""
+"""`DynamicMemoryEngine`: opens a store and hands out table scopes and agent handles.
+
+The engine is a facade: it opens a storage backend (a SQLite file from a path, or any
+`engramdb.storage.ports.Backend` given), brings its schema up to date, and wires the services
+(`engramdb.memories.runtime.Runtime`) that agent handles call.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-import engramdb.memories.schema  # noqa: F401  (registers the memory tables' migration)
+from engramdb.agent import Agent
 from engramdb.config import TeamMemoryConfig, load_config
-from engramdb.errors import MissingExtra
-from engramdb.memories.forgetting import ForgettingPolicy, with_lifecycle
-from engramdb.memories.references import ReferenceResolvers
+from engramdb.memories.forgetting import ForgettingPolicy
+from engramdb.memories.model import Confidentiality
+from engramdb.memories.resolvers import ReferenceResolvers
+from engramdb.memories.runtime import Runtime, default_embedder
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.recall import Recaller
-from engramdb.scopes.policy import ENGINE_PREFIX, ascii_lower
-from engramdb.scopes.scope import MemoryScope
-from engramdb.storage.migrations import migrate
-from engramdb.storage.sqlite import SqliteSettings, SqliteStore, translate
+from engramdb.scopes.namespace import ENGINE_PREFIX, ascii_lower
+from engramdb.storage.ports import Backend, MemoryScope
+from engramdb.storage.sqlite import SqliteBackend, SqliteSettings
 from engramdb.tenancy.ids import SHARED, private_namespace
 
 if TYPE_CHECKING:
-    from engramdb.agent import Agent
     from engramdb.embeddings.base import Embedder
     from engramdb.retrieval.vector_channel import VectorChannel
     from engramdb.vectors.base import VectorIndex
@@ -34,7 +36,9 @@ Clock = Callable[[], float]
 
 
 class DynamicMemoryEngine:
-    """A memory store in one SQLite file (WAL): shared and private table scopes for a team.
+    """A team's memory store: shared and private table scopes, and agent handles over typed memories.
+
+    By default one SQLite file (WAL) that many threads and processes share.
 
     Example::
 
@@ -44,7 +48,9 @@ class DynamicMemoryEngine:
 
     Args:
         path: the database file (parent directories are created); ``":memory:"`` uses a private
-            temporary file removed on `close`.
+            temporary file removed on `close`. Or a storage backend object
+            (`engramdb.storage.ports.Backend`, e.g. ``SqliteBackend(path, settings)``), whose own
+            settings then apply instead of the SQLite arguments below.
         enable_embeddings: let retrievers rank rows semantically too (needs the ``memory`` extra).
         embedder: the `Embedder` to use when embeddings are enabled (default: the offline static
             model shipped with the ``memory`` extra).
@@ -75,7 +81,7 @@ class DynamicMemoryEngine:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Backend,
         *,
         enable_embeddings: bool = False,
         embedder: Embedder | None = None,
@@ -92,141 +98,139 @@ class DynamicMemoryEngine:
         vector_index: str | Callable[[int], VectorIndex] = "auto",
         vector_file: bool = True,
     ) -> None:
-        settings = SqliteSettings(
-            busy_timeout=busy_timeout,
-            statement_timeout=statement_timeout,
-            max_value_bytes=max_value_bytes,
-            synchronous=synchronous,
-            secure_delete=secure_delete,
-        )
-        self.clock = clock
-        self._store = SqliteStore(path, settings)
-        conn = self._store.connection("engine")
-        with translate(conn):
-            migrate(conn.raw, clock)
-        self.enable_embeddings = enable_embeddings
-        self._embedder = embedder
-        self._embedder_lock = threading.Lock()
-        if enable_embeddings and embedder is None:
-            self._embedder = self._default_embedder()
-        self.scoring = scoring or ScoringConfig()
         if isinstance(memory_embedder, str) and memory_embedder != "default":
             raise ValueError('memory_embedder must be "default", an Embedder, or None')
         if not callable(vector_index) and vector_index not in ("auto", "exact", "ann"):
             raise ValueError('vector_index must be "auto", "exact", "ann" or a callable making an index')
-        self._vector_index = vector_index
         if not isinstance(vector_file, bool):
             raise ValueError(f"vector_file must be True or False, got {vector_file!r}")
-        # Only a real file gets a side file beside it (not the private temp file of ":memory:").
-        self._persistent = vector_file and str(path) != ":memory:" and self._store.path.is_file()
-        self._memory_choice: Embedder | str | None = memory_embedder
-        self._memory_parts: tuple[Embedder | None, VectorChannel | None, Recaller] | None = None
-        self.forgetting = forgetting or ForgettingPolicy()
-        #: resolvers of memory references by kind, called at recall time (`Agent.resolve_refs`)
-        self.resolvers = ReferenceResolvers()
-        #: a new memory this close (cosine) to a visible one of the same type and owner reinforces it instead
-        self.dedup_threshold = dedup_threshold
-        self._shared = MemoryScope(self._store, SHARED, lambda: self._embedder)
+        backend: Backend
+        if isinstance(path, (str, os.PathLike)):
+            settings = SqliteSettings(
+                busy_timeout=busy_timeout,
+                statement_timeout=statement_timeout,
+                max_value_bytes=max_value_bytes,
+                synchronous=synchronous,
+                secure_delete=secure_delete,
+            )
+            backend = SqliteBackend(path, settings)
+        else:
+            backend = path
+        self.clock = clock
+        self._backend = backend
+        try:
+            backend.migrate(clock())
+        except BaseException:
+            backend.close()
+            raise
+        self.enable_embeddings = enable_embeddings
+        self._embedder = embedder
+        if enable_embeddings and embedder is None:
+            self._embedder = default_embedder()
+        self._runtime = Runtime(
+            backend,
+            clock=clock,
+            scoring=scoring or ScoringConfig(),
+            forgetting=forgetting or ForgettingPolicy(),
+            dedup_threshold=dedup_threshold,
+            memory_embedder=memory_embedder,
+            fallback_embedder=self._embedder,
+            vector_index=vector_index,
+            vector_file=vector_file,
+        )
+        self._shared = backend.scope(SHARED, self._embedder)
         self._private: dict[str, MemoryScope] = {}
 
-    @staticmethod
-    def _default_embedder() -> Embedder:
-        try:
-            from engramdb.embeddings.static import default_embedder
-        except ImportError:
-            raise MissingExtra("enable_embeddings=True", "memory") from None
-        return default_embedder()
+    # -- what the engine is made of ------------------------------------------------------------
 
-    def _memory(self) -> tuple[Embedder | None, VectorChannel | None, Recaller]:
-        """The embedder, vector cache and recaller of typed memories, made on first use, so that an
-        engine used only for tables never loads the embedding model."""
-        parts = self._memory_parts
-        if parts is not None:
-            return parts
-        with self._embedder_lock:
-            if self._memory_parts is None:
-                choice = self._memory_choice
-                embedder: Embedder | None
-                if isinstance(choice, str):
-                    try:
-                        embedder = self._embedder or self._default_embedder()
-                    except MissingExtra:
-                        embedder = None  # lexical-only recall without the memory extra
-                else:
-                    embedder = choice
-                channel = None
-                if embedder is not None:
-                    from engramdb.retrieval.vector_channel import VectorChannel
+    @property
+    def backend(self) -> Backend:
+        """The storage backend (its ports are engine-internal)."""
+        return self._backend
 
-                    database = self._store.path if self._persistent else None
-                    channel = VectorChannel(embedder, self._make_index(embedder.dim), database=database)
-                from engramdb.retrieval.lexical_channel import LexicalChannel
+    @property
+    def runtime(self) -> Runtime:
+        """What the services of this engine share (engine-internal)."""
+        return self._runtime
 
-                recaller = Recaller(self._store, self.clock, self.scoring, embedder, channel, LexicalChannel())
-                recaller.annotate = lambda m, now: with_lifecycle(m, now, self.forgetting)
-                self._memory_parts = (embedder, channel, recaller)
-            return self._memory_parts
+    @property
+    def scoring(self) -> ScoringConfig:
+        """The recall constants."""
+        return self._runtime.scoring
 
-    def _make_index(self, dim: int) -> VectorIndex | None:
-        if callable(self._vector_index):
-            return self._vector_index(dim)
-        if self._vector_index == "exact":
-            return None
-        from engramdb.vectors import ann
+    @property
+    def forgetting(self) -> ForgettingPolicy:
+        """Retention and prune guards."""
+        return self._runtime.forgetting
 
-        if self._vector_index == "auto" and not ann.faiss_available():
-            return None
-        return ann.AnnIndex(dim)
+    @property
+    def resolvers(self) -> ReferenceResolvers:
+        """Resolvers of memory references by kind, called at recall time (`Agent.resolve_refs`)."""
+        return self._runtime.resolvers
+
+    @property
+    def dedup_threshold(self) -> float:
+        """A new memory this close (cosine) to a visible one of the same type and owner reinforces it instead."""
+        return self._runtime.dedup_threshold
 
     @property
     def memory_embedder(self) -> Embedder | None:
         """The embedder of typed memories, or None for lexical-only recall."""
-        return self._memory()[0]
+        return self._runtime.embedder
 
     @property
     def recaller(self) -> Recaller:
         """The recall pipeline (engine-internal)."""
-        return self._memory()[2]
-
-    def agent(self, agent_id: str, *, tenant: str = "default") -> Agent:
-        """The handle of agent `agent_id` in `tenant`: its table scopes and its memories."""
-        from engramdb.agent import Agent
-
-        return Agent(self, agent_id, tenant=tenant)
+        return self._runtime.recaller
 
     @property
     def vectors(self) -> VectorChannel | None:
         """The in-memory vector cache of memories (engine-internal)."""
-        return self._memory()[1]
+        return self._runtime.vectors
 
     def drop_vector_file(self) -> None:
-        """Delete the vector side file, if any (it is only a cache): `Agent.forget` calls this so
-        that a forgotten memory's vector does not outlive it on disk. The next save writes a new
-        one from a cache that no longer holds the vector."""
-        if not self._persistent:
-            return
-        embedder = self.memory_embedder
-        if embedder is None:
-            return
-        from engramdb.retrieval.vector_file import side_file_for
-
-        with contextlib.suppress(FileNotFoundError):
-            side_file_for(self._store.path, embedder.name).unlink()
+        """Delete the vector side file, if any (it is only a cache); see `Runtime.drop_vector_file`."""
+        self._runtime.drop_vector_file()
 
     @property
     def path(self) -> Path:
-        """The database file."""
-        return self._store.path
+        """The database file (SQLite), or where the store is, as a path (other backends)."""
+        return getattr(self._backend, "path", Path(self._backend.location))
 
     @property
-    def store(self) -> SqliteStore:
-        """The storage backend (engine-internal; not a public API)."""
-        return self._store
+    def store(self) -> Backend:
+        """The storage backend (engine-internal; not a public API). Same as `backend`."""
+        return self._backend
 
     @property
     def embedder(self) -> Embedder | None:
-        """The embedder in use, or None when embeddings are off."""
+        """The embedder of retrievers over tables, or None when embeddings are off."""
         return self._embedder
+
+    # -- handles ---------------------------------------------------------------------------------
+
+    def agent(
+        self,
+        agent_id: str,
+        *,
+        tenant: str = "default",
+        cap: Confidentiality = Confidentiality.RESTRICTED,
+        floor: Confidentiality = Confidentiality.PUBLIC,
+    ) -> Agent:
+        """The handle of `agent_id` in `tenant`: its table scopes and its memories.
+
+        `cap` is the most confidential level it may read, `floor` the least confidential level it
+        stores at; both are fixed for the handle's life (give an LLM tool a capped handle).
+        """
+        return Agent(
+            self._runtime,
+            agent_id,
+            tenant=tenant,
+            cap=cap,
+            floor=floor,
+            shared=self._shared,
+            private=lambda: self.get_private_scope(agent_id),
+        )
 
     def get_shared_scope(self) -> MemoryScope:
         """The scope of the team-wide ``shared_*`` tables."""
@@ -236,26 +240,21 @@ class DynamicMemoryEngine:
         """The scope of ``private_<agent_id>_*`` tables; `InvalidAgentId` for a bad id."""
         scope = self._private.get(agent_id)
         if scope is None:
-            scope = MemoryScope(self._store, private_namespace(agent_id), lambda: self._embedder)
+            scope = self._backend.scope(private_namespace(agent_id), self._embedder)
             scope = self._private.setdefault(agent_id, scope)
         return scope
 
     def list_all_tables(self, *, include_engine: bool = False) -> list[str]:
         """Admin view: the tables of every namespace (and the engine's own with `include_engine`)."""
-        names = self._store.table_names()
+        names = self._backend.table_names()
         if include_engine:
             return names
         return [n for n in names if ascii_lower(n).startswith(("shared_", "private_"))]
 
     def close(self) -> None:
-        """Close every connection; the file stays as it is. Saves the vector side file first when
+        """Close every connection; the store stays as it is. Saves the vector side file first when
         more than a tenth of the cached vectors changed since it was last saved."""
-        parts = self._memory_parts
-        try:
-            if parts is not None and parts[1] is not None:
-                parts[1].save_if_changed(self._store.connection("engine").raw)
-        finally:
-            self._store.close()
+        self._runtime.close()
 
     def __enter__(self) -> DynamicMemoryEngine:
         return self
@@ -266,7 +265,7 @@ class DynamicMemoryEngine:
         self.close()
 
     def __repr__(self) -> str:
-        return f"DynamicMemoryEngine({str(self.path)!r})"
+        return f"DynamicMemoryEngine({self._backend.location!r})"
 
 
 def open_team_memory_engine(config: TeamMemoryConfig | None = None) -> DynamicMemoryEngine:

@@ -22,7 +22,7 @@ from typing import Any
 
 from engramdb.errors import CallerError, EngramError
 from engramdb.scopes.classify import classify
-from engramdb.scopes.scope import MemoryScope
+from engramdb.storage.ports import MemoryScope
 
 
 @dataclass(frozen=True, slots=True)

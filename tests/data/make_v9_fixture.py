@@ -25,8 +25,14 @@ def main(out: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     clock = FixedClock()
-    eng = DynamicMemoryEngine(db, clock=clock, memory_embedder=fake_embedder(64), vector_file=False,
-                              enable_embeddings=True, embedder=fake_embedder(64))
+    eng = DynamicMemoryEngine(
+        db,
+        clock=clock,
+        memory_embedder=fake_embedder(64),
+        vector_file=False,
+        enable_embeddings=True,
+        embedder=fake_embedder(64),
+    )
     ada = eng.agent("ada")
     bob = eng.agent("bob")
     other = eng.agent("ada", tenant="globex")
@@ -35,8 +41,11 @@ def main(out: Path) -> None:
     a2 = ada.remember("The cause of INC-42 was an expired TLS certificate", importance=7, entities=["INC-42"])
     ada.link(a1.id, a2.id, "causes")
     s1 = ada.remember("Renew the shop certificate before March 3", type="todo", shared=True)
-    ada.remember("Ask about the offsite budget", type="intent",
-                 refs=[MemoryRef("trigger", "cue:offsite", "when the offsite comes up", clock())])
+    ada.remember(
+        "Ask about the offsite budget",
+        type="intent",
+        refs=[MemoryRef("trigger", "cue:offsite", "when the offsite comes up", clock())],
+    )
     b1 = bob.remember("Bob prefers aisle seats on long flights", confidentiality=2)
     b2 = bob.remember("Bob's phone number is 555-0100")
     bob.forget(b2.id, reason="user asked")
@@ -52,13 +61,19 @@ def main(out: Path) -> None:
     bob.get(b1.id)
     ada.complete(s1.id)
     shared = eng.get_shared_scope()
-    shared.execute("CREATE TABLE shared_notes (id INTEGER PRIMARY KEY, agent_id TEXT, content TEXT, created_ts INTEGER)")
+    shared.execute(
+        "CREATE TABLE shared_notes (id INTEGER PRIMARY KEY, agent_id TEXT, content TEXT, created_ts INTEGER)"
+    )
     shared.execute("CREATE INDEX idx_notes_ts ON shared_notes(created_ts)")
-    shared.executemany("INSERT INTO shared_notes (agent_id, content, created_ts) VALUES (?, ?, ?)",
-                       [("ada", "Finding: X implies Y", 1), ("bob", "Draft the summary", 2)])
+    shared.executemany(
+        "INSERT INTO shared_notes (agent_id, content, created_ts) VALUES (?, ?, ?)",
+        [("ada", "Finding: X implies Y", 1), ("bob", "Draft the summary", 2)],
+    )
     eng.get_private_scope("ada").execute("CREATE TABLE private_ada_scratch (key TEXT PRIMARY KEY, value TEXT)")
     eng.get_private_scope("ada").execute("INSERT INTO private_ada_scratch VALUES ('k', 'v')")
-    MemoryRetriever(scope=shared, token_budget=256, table="shared_notes", content_column="content").retrieve("X implies")
+    MemoryRetriever(scope=shared, token_budget=256, table="shared_notes", content_column="content").retrieve(
+        "X implies"
+    )
     expect = {
         "clock": clock(),
         "recall_id": hits.recall_id,

@@ -265,7 +265,7 @@ def test_linking_raises_the_lower_level_and_updates_respect_the_floor(eng: Dynam
     secret = me.remember("the acquisition target is Initech", confidentiality=Confidentiality.CONFIDENTIAL)
     me.link(public.id, secret.id, "related")
     assert me.get(public.id, touch=False).confidentiality is Confidentiality.CONFIDENTIAL
-    me.floor = Confidentiality.INTERNAL
+    me = eng.agent("alice", floor=Confidentiality.INTERNAL)
     with pytest.raises(ValidationError, match="never lower it"):
         me.update(secret.id, confidentiality=Confidentiality.PUBLIC)
     assert (
@@ -308,9 +308,9 @@ def test_commitments_are_not_deduplicated_and_unfired_intents_are_not_pruned(
 
 def test_secure_delete_is_fast_or_on_never_off(tmp_path: Path) -> None:
     with DynamicMemoryEngine(tmp_path / "a.db", secure_delete="on") as eng:
-        assert eng.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 1
+        assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 1
     with DynamicMemoryEngine(tmp_path / "b.db") as eng:  # FAST: SQLite reports 2
-        assert eng.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 2
+        assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 2
     for bad in ("OFF", "", 1):
         with pytest.raises(ValueError, match='secure_delete must be "FAST" or "ON"'):
             DynamicMemoryEngine(tmp_path / "c.db", secure_delete=bad)  # type: ignore[arg-type]
@@ -345,6 +345,6 @@ def test_forget_does_not_wait_for_another_processs_open_read(eng: DynamicMemoryE
         assert time.monotonic() - started < 2.0  # not the 30 s busy timeout
     finally:
         reader.close()
-    assert eng.store.connection("engine").raw.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+    assert eng.backend.store.connection("engine").raw.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
     with pytest.raises(NotFound):
         me.get(m.id)

@@ -349,7 +349,7 @@ def test_terms_written_by_an_older_stemmer_are_restemmed_on_open(tmp_path: Path,
     with DynamicMemoryEngine(path, clock=clock, memory_embedder=None) as e:
         a = e.agent("ann")
         assert [h.memory.id for h in a.search("rotate key", k=3)] == [m.id]  # Porter2: rotat, key
-        row = e.store.connection("engine").raw.execute("SELECT terms FROM engram_memories").fetchone()
+        row = e.backend.store.connection("engine").raw.execute("SELECT terms FROM engram_memories").fetchone()
         assert row[0] == "key port rotat"  # stopwords are not stored
 
 

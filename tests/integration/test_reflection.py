@@ -28,7 +28,7 @@ from engramdb.memories.reflection import (
     rescored_importance,
 )
 from engramdb.memories.scoring import sigmoid
-from engramdb.storage.locks import lock_path
+from engramdb.storage.sqlite.locks import lock_path
 from engramdb.testing import FixedClock, fake_embedder
 
 HOUR = 3600.0

@@ -30,7 +30,7 @@ from engramdb import (
     ResourceLimitExceeded,
     ScopeViolation,
 )
-from engramdb.scopes import scope as scope_module
+from engramdb.storage.sqlite import scope as scope_module
 
 
 @pytest.fixture

@@ -167,9 +167,7 @@ def assert_like_missing(call: Callable[[str], object], hidden_id: str, where: st
 
 
 def capped_handle(source: AgentSource, tenant: str, agent: str, cap: Confidentiality) -> Agent:
-    handle = source.agent(agent, tenant=tenant)
-    handle.cap = cap
-    return handle
+    return source.agent(agent, tenant=tenant, cap=cap)
 
 
 def marker_queries(seeds: list[Seed]) -> list[str]:
@@ -458,7 +456,7 @@ def test_a_level_below_the_floor_is_raised_on_every_write_path(source: Any) -> N
 def test_an_update_below_the_floor_is_refused(source: Any) -> None:
     me = source.agent("alice", tenant="acme")
     m = me.remember("the board deck draft", confidentiality=CONFIDENTIAL)
-    me.floor = INTERNAL
+    me = source.agent("alice", tenant="acme", floor=INTERNAL)
     with pytest.raises(CallerError):
         me.update(m.id, confidentiality=PUBLIC)
     assert me.get(m.id, touch=False).confidentiality is CONFIDENTIAL

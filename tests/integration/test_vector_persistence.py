@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from engramdb import DynamicMemoryEngine
-from engramdb.memories.store import Visibility, current_change
+from engramdb.memories.model import Visibility
 from engramdb.retrieval.vector_file import side_file_for
 from engramdb.tenancy.namespaced import TenantFiles
 from engramdb.testing import FixedClock, fake_embedder
@@ -109,8 +109,9 @@ def test_a_reopened_engine_adopts_the_side_file_and_answers_the_same(
 
 
 def key_of(engine: DynamicMemoryEngine, memory_id: str) -> int:
-    raw = engine.store.connection("engine").raw
-    return int(raw.execute("SELECT n FROM engram_memories WHERE id = ?", (memory_id,)).fetchone()[0])
+    key = engine.backend.memories.key_of("default", memory_id)
+    assert key is not None
+    return key
 
 
 def vector_hits(engine: DynamicMemoryEngine, text: str) -> dict[int, float]:
@@ -182,7 +183,7 @@ def test_forgotten_memories_stay_invisible_after_reopen(
         me.forget(before.id)
         channel_of(engine).index.rebuild()  # so that the next refresh saves, with `before` purged
         results(engine)
-        assert saved_change(side(path)) == current_change(engine.store.connection("engine").raw)
+        assert saved_change(side(path)) == engine.backend.changes.current()
         me.forget(after.id)  # drops the file again
         assert not side(path).exists()
         expected = results(engine)
@@ -303,7 +304,7 @@ def test_a_side_file_ahead_of_the_database_is_ignored(
     if diverged:  # the same writes with other contents, by an engine that leaves the file alone
         with open_engine(path, clock, vector_index="exact") as writer:
             writer.agent("alice").remember_many([{"content": f"diverged {t}"} for t in TEXTS[500:]])
-            assert current_change(writer.store.connection("engine").raw) == saved
+            assert writer.backend.changes.current() == saved
     with open_engine(path, clock) as engine, caplog.at_level(logging.DEBUG, CHANNEL_LOG):
         got = results(engine)
         assert not channel_of(engine).restored
@@ -327,7 +328,7 @@ def test_close_saves_when_a_tenth_of_the_rows_changed(db: Path, clock: FixedCloc
         results(engine)
         writer.agent("alice").remember_many([{"content": f"many {t}"} for t in TEXTS[:100]])  # 100 of 630
         results(engine)
-        latest = current_change(engine.store.connection("engine").raw)
+        latest = engine.backend.changes.current()
     assert saved_change(path) == latest
 
 
@@ -368,10 +369,8 @@ def test_a_cache_read_inside_a_transaction_is_never_saved(tmp_path: Path, clock:
     path = tmp_path / "m.db"
     with open_engine(path, clock) as engine:
         engine.agent("alice").remember_many([{"content": t} for t in TEXTS])
-        raw = engine.store.connection("engine").raw
-        raw.execute("BEGIN")  # what it reads now might yet be rolled back
-        channel_of(engine).refresh(raw)
-        raw.execute("COMMIT")
+        with engine.backend.snapshot():  # what it reads inside a transaction might yet be rolled back
+            channel_of(engine).refresh(engine.backend)
         assert channel_of(engine).index.trained
     assert not side(path).exists()
 
@@ -380,8 +379,7 @@ def test_each_database_has_its_own_instance_id(tmp_path: Path) -> None:
     ids = []
     for name in ("a.db", "b.db", "a.db"):
         with DynamicMemoryEngine(tmp_path / name, memory_embedder=None) as engine:
-            raw = engine.store.connection("engine").raw
-            ids.append(raw.execute("SELECT value FROM engram_meta WHERE key = 'instance_id'").fetchone()[0])
+            ids.append(engine.backend.instance_id())
     assert ids[0] == ids[2] != ids[1] and len(ids[0]) == 32
 
 

@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engramdb import Confidentiality, DynamicMemoryEngine, EngramError
-from engramdb.memories.store import Visibility
+from engramdb.memories.model import Visibility
 from engramdb.retrieval import lexical_channel as lc
 from engramdb.retrieval.keywords import stem
+from engramdb.storage.ports import Backend
 from engramdb.testing import FixedClock
 
 WORDS = ["alpha", "beta", "gamma", "delta", "kiwi", "mango", "ports", "rotating", "keys", "the", "and"]
@@ -41,9 +42,9 @@ op = st.one_of(
 )
 
 
-def naive(db: object, stems: list[str], vis: Visibility, limit: int) -> dict[int, float]:
-    pred, params = vis.sql("m")
-    rows = db.execute(f"SELECT m.n, m.terms, m.n_tokens FROM engram_memories m WHERE {pred}", params).fetchall()  # type: ignore[attr-defined]
+def naive(store: Backend, stems: list[str], vis: Visibility, limit: int) -> dict[int, float]:
+    shown = set(store.memories.visible_keys(vis))
+    rows = [(r[0], r[8], r[9]) for r in store.memories.index_rows(-1) if r[0] in shown]
     if not rows:
         return {}
     docs = {n: set(terms.split()) for n, terms, _ in rows}
@@ -73,8 +74,8 @@ def test_channel_matches_a_direct_bm25(
         eng = DynamicMemoryEngine(Path(d) / "m.db", clock=FixedClock(1_000_000.0), memory_embedder=None)
         try:
             ids: list[tuple[str, str, str]] = []  # (tenant, agent, memory id)
-            recaller = eng._memory()[2]
-            db = eng.store.connection("engine").raw
+            recaller = eng.recaller
+            db = eng.backend
             for o in ops:
                 if o[0] == "remember":
                     _, tenant, agent, text, shared, level = o
@@ -111,16 +112,20 @@ def test_channel_matches_a_direct_bm25(
                         cut = min(got.values())
                         assert all(s <= cut + 1e-4 for n, s in want.items() if n not in got)
                     # recall's scoring fields and cue overlap, from memory, equal the stored rows'
-                    pred, params = vis.sql("m")
-                    rows = db.execute(
-                        "SELECT m.n, m.type, m.importance, m.ring, m.old_count, m.old_newest, m.old_oldest, m.terms "
-                        f"FROM engram_memories m WHERE {pred} ORDER BY m.n",
-                        params,
-                    ).fetchall()
+                    shown = set(db.memories.visible_keys(vis))
                     distinct = set(stems)
+                    # IndexRow: key, …, type [7], terms [8], importance [10], ring [11], old_* [12:15]
                     expected = [
-                        (n, t, imp, ring, (oc, on, oo), round(len(distinct & set(terms.split())) / len(distinct), 9))
-                        for n, t, imp, ring, oc, on, oo, terms in rows
+                        (
+                            r[0],
+                            r[7],
+                            r[10],
+                            r[11],
+                            (r[12], r[13], r[14]),
+                            round(len(distinct & set(r[8].split())) / len(distinct), 9),
+                        )
+                        for r in sorted(db.memories.index_rows(-1))
+                        if r[0] in shown
                     ]
                     every = list(range(0, 60))
                     fields = recaller.lexical.fields(every, vis, stems)

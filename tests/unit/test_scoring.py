@@ -174,7 +174,7 @@ def test_vectorised_recencies_equal_the_scalar_base_level(
 
 
 def scoring_pack(times: list[float]) -> bytes | None:
-    from engramdb.memories.store import pack_times
+    from engramdb.memories.text import pack_times
 
     return pack_times(times) if times else None
 

@@ -1,4 +1,9 @@
-"""The memory record and its parts: types, edges, references, access records, validation."""
+"""The memory record and its parts: types, edges, references, access records, validation, and
+who is looking (`Principal`, `Visibility`).
+
+Pure values, no I/O: every backend stores and reads these, and each compiles a `Visibility` into
+its own form (a SQL predicate, an array mask).
+"""
 
 from __future__ import annotations
 
@@ -152,6 +157,56 @@ class Tombstone:
     forgotten_by: str
     forgotten_at: float
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryVersion:
+    """An earlier content of a memory, kept when an update replaced it."""
+
+    version: int
+    title: str
+    content: str
+    changed_at: float
+    changed_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    """Who is looking, and at what: the one rule every read of memories carries.
+
+    A memory is visible when it is in the reader's `tenant`; shared or owned by the reader (any
+    agent's with `cross_agent`, the reader's own only with `own_only`); at or below the
+    confidentiality `cap`; not archived (unless `include_archived`); and — at `as_of` — valid
+    (``valid_from ≤ as_of < valid_to``, a missing bound being open).
+
+    The rule is this value; each backend compiles it (`engramdb.storage.sqlite.visibility` to a SQL
+    predicate, `engramdb.retrieval.columns` to an array mask) and a property test holds the
+    compiled forms equal. Every compiled form is placed *inside* the query it restricts, before
+    any ranking or limit.
+    """
+
+    tenant: str
+    reader: str
+    cap: Confidentiality = Confidentiality.RESTRICTED
+    as_of: float | None = None
+    cross_agent: bool = False
+    include_archived: bool = False
+    own_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who acts: one agent of one tenant, with the confidentiality it may read up to (`cap`)
+    and the lowest level it stores at (`floor`). Fixed for the life of an agent handle."""
+
+    tenant: str
+    agent_id: str
+    cap: Confidentiality = Confidentiality.RESTRICTED
+    floor: Confidentiality = Confidentiality.PUBLIC
+
+    def visibility(self, *, as_of: float | None = None, include_archived: bool = False) -> Visibility:
+        """What this principal sees: its tenant, shared and its own memories, up to its cap."""
+        return Visibility(self.tenant, self.agent_id, self.cap, as_of, include_archived=include_archived)
 
 
 @dataclass(frozen=True, slots=True)

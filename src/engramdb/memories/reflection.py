@@ -38,12 +38,12 @@ failing model call is counted in the report and the run goes on; a database erro
 with that error, and what was committed before it stays committed.
 
 **One run per tenant.** A second run on the same tenant, from any thread or process, fails at
-once with `TransactionError` and changes nothing. The lock is an OS file lock (``flock``) on a
-small file beside the database, which the OS releases when its process dies: a crash never
-leaves a stale lock. (A PostgreSQL backend would use ``pg_try_advisory_lock`` the same way.)
+once with `TransactionError` and changes nothing (`engramdb.storage.ports.Backend.tenant_lock`: on
+SQLite an OS file lock beside the database, which the OS releases when its process dies, so a
+crash never leaves a stale lock).
 
-**Vectors.** Steps 1–3 read the stored vectors of the engine's memory embedder (``engram_vectors``
-rows of its model name). Without an embedder, merge and link are skipped and reconcile clusters
+**Vectors.** Steps 1–3 read the stored vectors of the engine's memory embedder (those of its
+model name). Without an embedder, merge and link are skipped and reconcile clusters
 on ``contradicts`` edges only. Cosine thresholds assume an isotropic space; a mean-pooled static
 embedding puts unrelated sentences at cosine ~0.9 (0.77 mean over the probe set below, 0.89 over
 the benchmark corpus), where 0.95 would merge distinct facts. So the embedder is calibrated once
@@ -72,19 +72,16 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import json
 import logging
 import math
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from engramdb.errors import Forgotten, NotFound, ValidationError
-from engramdb.memories.model import Channel, EdgeType, Memory, MemoryType
+from engramdb.memories import reading, writing
+from engramdb.memories.model import Channel, EdgeType, Memory, MemoryType, Visibility
 from engramdb.memories.reflection_support import (
     _INTERRUPTED,
     STEPS,
@@ -95,36 +92,19 @@ from engramdb.memories.reflection_support import (
     StepReport,
     StopSignal,
     _check_steps,
-    _count,
     _fold_accesses,
-    _forgetting_prune,
     _mergeable,
-    _n_of,
     _stopper,
     _text,
     _times,
     _union,
 )
+from engramdb.memories.runtime import Acting
 from engramdb.memories.scoring import base_level, recency
 from engramdb.memories.similarity import _load_vectors, _pairs, _Vectors
-from engramdb.memories.store import (
-    MEMORY_COLUMNS,
-    Touch,
-    Visibility,
-    append_stream,
-    next_change,
-    row_to_memory,
-    says_nothing_new,
-)
+from engramdb.memories.text import says_nothing_new
 from engramdb.retrieval.keywords import cue_terms
-from engramdb.storage.locks import _tenant_lock
-from engramdb.storage.sqlite import translate
-
-if TYPE_CHECKING:
-    import sqlite3
-
-    from engramdb.agent import Agent
-    from engramdb.storage.sqlite import Conn
+from engramdb.storage.ports import Fold, Touch
 
 __all__ = [
     "STEPS",
@@ -164,7 +144,6 @@ class _Tally:
 class _Run:
     run_id: str
     now: float
-    conn: Conn
 
 
 def rescored_importance(importance: float, salience: float, base: float, config: ReflectionConfig) -> float:
@@ -184,7 +163,7 @@ def rescored_importance(importance: float, salience: float, base: float, config:
 
 
 def reflect(
-    agent: Agent,
+    agent: Acting,
     *,
     config: ReflectionConfig | None = None,
     reconciler: Reconciler | None = None,
@@ -207,7 +186,7 @@ class Reflector:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Acting,
         config: ReflectionConfig | None = None,
         *,
         reconciler: Reconciler | None = None,
@@ -217,7 +196,11 @@ class Reflector:
             raise ValidationError("reconciler must have a name and a reconcile(cluster) method (see Reconciler)")
         if reasoner is not None and not isinstance(reasoner, Reasoner):
             raise ValidationError("reasoner must have a name and an abstract(episodes) method (see Reasoner)")
+        if config is not None and not isinstance(config, ReflectionConfig):
+            raise ValidationError(f"config must be a ReflectionConfig, got {type(config).__name__}")
         self.agent = agent
+        self.rt = agent.runtime
+        self.who = agent.principal
         self.config = config or ReflectionConfig()
         self.reconciler = reconciler
         self.reasoner = reasoner
@@ -236,12 +219,12 @@ class Reflector:
         """Run `steps` (default: all) in the stated order; `TransactionError` if a run holds the tenant."""
         wanted = _check_steps(steps)
         stop = _stopper(should_stop)
-        engine = self.agent.engine
+        who = self.who
         t0 = time.perf_counter()
-        run = _Run("rf_" + secrets.token_hex(6), engine.clock(), engine.store.connection("engine"))
+        run = _Run("rf_" + secrets.token_hex(6), self.rt.clock())
         reports: list[StepReport] = []
         stopped_in: str | None = None
-        with _tenant_lock(engine.path, self.agent.tenant, f"{self.agent.agent_id} {run.run_id}"):
+        with self.rt.store.tenant_lock(who.tenant, f"{who.agent_id} {run.run_id}"):
             for name in STEPS:
                 if name not in wanted:
                     continue
@@ -258,10 +241,10 @@ class Reflector:
                 log.info("reflection %s %s: %s", run.run_id, name, reports[-1])
         rows_share = reads_share = None
         if self.config.measure:
-            stats = self.agent.stats()
+            stats = reading.stats(self.rt, who)
             rows_share, reads_share = stats.reflection_rows_share, stats.reflection_reads_share
         return ReflectionReport(
-            run.run_id, self.agent.agent_id, self.agent.tenant, run.now, tuple(reports),
+            run.run_id, who.agent_id, who.tenant, run.now, tuple(reports),
             round(time.perf_counter() - t0, 6), stopped_in is not None, stopped_in, rows_share, reads_share,
         )  # fmt: skip
 
@@ -291,40 +274,20 @@ class Reflector:
 
     # -- scope and plumbing --------------------------------------------------------------------
 
-    def _scope(self, run: _Run, alias: str = "m") -> tuple[str, dict[str, Any]]:
+    def _scope(self, run: _Run) -> Visibility:
         """Visible now, unarchived, and writable: own (and shared unless excluded)."""
-        vis = Visibility(self.agent.tenant, self.agent.agent_id, self.agent.cap, run.now)
-        pred, params = vis.sql(alias)
-        if not self.config.include_shared:
-            pred += f" AND {alias}.owner = :r_me"
-            params["r_me"] = self.agent.agent_id
-        return pred, params
+        who = self.who
+        return Visibility(who.tenant, who.agent_id, who.cap, run.now, own_only=not self.config.include_shared)
 
-    @contextlib.contextmanager
-    def _tx(self, run: _Run) -> Iterator[sqlite3.Connection]:
-        with self.agent.engine.store.atomic(run.conn), translate(run.conn):
-            yield run.conn.raw
-
-    def _fetch(self, db: sqlite3.Connection, run: _Run, ns: Sequence[int]) -> dict[int, Memory]:
-        """The in-scope memories among `ns`, read afresh (inside the caller's transaction)."""
-        if not ns:
-            return {}
-        pred, params = self._scope(run)
-        marks = ",".join(f":r_n{i}" for i in range(len(ns)))
-        params.update({f"r_n{i}": n for i, n in enumerate(ns)})
-        rows = db.execute(
-            f"SELECT {MEMORY_COLUMNS} FROM engram_memories m WHERE m.n IN ({marks}) AND {pred}",  # noqa: S608 - engine-built fragments, values bound
-            params,
-        ).fetchall()
-        return {int(r[0]): row_to_memory(r) for r in rows}
+    def _fetch(self, run: _Run, ns: Sequence[int]) -> dict[int, Memory]:
+        """The in-scope memories among `ns`, read afresh (inside the caller's unit of work, if any)."""
+        return self.rt.store.memories.many(self._scope(run), ns) if ns else {}
 
     def _vectors(self, run: _Run) -> _Vectors | None:
-        embedder = self.agent.engine.memory_embedder
+        embedder = self.rt.embedder
         if embedder is None:
             return None
-        pred, params = self._scope(run)
-        with translate(run.conn):
-            return _load_vectors(run.conn.raw, embedder, pred, params, self.config)
+        return _load_vectors(self.rt.store, embedder, self._scope(run), self.config)
 
     # -- 1. merge ------------------------------------------------------------------------------
 
@@ -359,16 +322,15 @@ class Reflector:
         """Fold one of the pair into the other in one transaction; the n archived, or None."""
         # Most candidates fail the containment test: decide on a plain read first, and take the
         # write lock only to re-check and fold.
-        with translate(run.conn):
-            if self._survivor(self._fetch(run.conn.raw, run, [older, newer]), older, newer) is None:
-                return None
-        with self._tx(run) as db:
-            got = self._fetch(db, run, [older, newer])
+        if self._survivor(self._fetch(run, [older, newer]), older, newer) is None:
+            return None
+        with self.rt.store.atomic():
+            got = self._fetch(run, [older, newer])
             keep_n = self._survivor(got, older, newer)
             if keep_n is None:
                 return None
             dup_n = newer if keep_n == older else older
-            self._fold(db, run, keep_n, got[keep_n], dup_n, got[dup_n])
+            self._fold(run, keep_n, got[keep_n], dup_n, got[dup_n])
             return dup_n
 
     def _survivor(self, got: dict[int, Memory], older: int, newer: int) -> int | None:
@@ -386,50 +348,34 @@ class Reflector:
             return keep is not dup and keep.created_at <= dup.created_at
         return says_nothing_new(_text(dup), _text(keep))
 
-    def _fold(self, db: sqlite3.Connection, run: _Run, keep_n: int, keep: Memory, dup_n: int, dup: Memory) -> None:
-        ring, old_count, old_newest, old_oldest = _fold_accesses(keep, dup, self.agent.engine.scoring.ring_size)
+    def _fold(self, run: _Run, keep_n: int, keep: Memory, dup_n: int, dup: Memory) -> None:
+        store, who = self.rt.store, self.who
+        ring, old_count, old_newest, old_oldest = _fold_accesses(keep, dup, self.rt.scoring.ring_size)
         tags = _union(keep.tags, dup.tags)
         refs = keep.refs + tuple(r for r in dup.refs if (r.kind, r.key) not in {(x.kind, x.key) for x in keep.refs})
         lasts = [t for t in (keep.last_access, dup.last_access) if t is not None]
-        change = next_change(db)
-        db.execute(
-            "UPDATE engram_memories SET importance = ?, salience = ?, confidence = ?, strength = ?, access_count = ?, "
-            "ring = ?, old_count = ?, old_newest = ?, old_oldest = ?, last_access = ?, confidentiality = ?, tags = ?, "
-            "entities = ?, refs = ?, terms = ?, changed = ? WHERE n = ?",
-            (
-                max(keep.importance, dup.importance), max(keep.salience, dup.salience),
-                max(keep.confidence, dup.confidence), keep.strength + dup.strength,
-                keep.access_count + dup.access_count, ring, old_count, old_newest, old_oldest,
-                max(lasts) if lasts else None, int(max(keep.confidentiality, dup.confidentiality)),
-                json.dumps(list(tags)), json.dumps(list(_union(keep.entities, dup.entities))),
-                json.dumps([r.to_json() for r in refs]), cue_terms(keep.title, keep.content, *tags), change, keep_n,
-            ),
+        fold = Fold(
+            importance=max(keep.importance, dup.importance), salience=max(keep.salience, dup.salience),
+            confidence=max(keep.confidence, dup.confidence), strength=keep.strength + dup.strength,
+            access_count=keep.access_count + dup.access_count, ring=ring, old_count=old_count, old_newest=old_newest,
+            old_oldest=old_oldest, last_access=max(lasts) if lasts else None,
+            confidentiality=max(keep.confidentiality, dup.confidentiality), tags=tags,
+            entities=_union(keep.entities, dup.entities), refs=refs, terms=cue_terms(keep.title, keep.content, *tags),
         )  # fmt: skip
-        db.execute("UPDATE engram_memories SET archived = 1, changed = ? WHERE n = ?", (change, dup_n))
+        store.memories.fold(keep_n, fold, dup_n, store.changes.next())
         # The duplicate's edges move over (they stay on the archived record too, for provenance);
         # an edge the survivor already has keeps the higher weight.
-        db.execute(
-            "INSERT INTO engram_edges (src, dst, type, weight, tenant, created_at, created_by) "
-            "SELECT CASE WHEN src = :dup THEN :keep ELSE src END, CASE WHEN dst = :dup THEN :keep ELSE dst END, "
-            "type, weight, tenant, created_at, created_by FROM engram_edges "
-            "WHERE (src = :dup OR dst = :dup) AND src <> :keep AND dst <> :keep "
-            "ON CONFLICT (src, dst, type) DO UPDATE SET weight = max(weight, excluded.weight)",
-            {"dup": dup_n, "keep": keep_n},
-        )
-        self._edge(db, run, dup_n, keep_n, EdgeType.REFINES, 1.0)
-        append_stream(
-            db, [Touch(keep_n, Channel.REFLECTED), Touch(dup_n, Channel.REFLECTED)], now=run.now,
-            tenant=self.agent.tenant, reader=self.agent.agent_id, query=f"merge {dup.id} into {keep.id}",
-            trace_ref=run.run_id,
+        store.edges.move(dup_n, keep_n)
+        self._edge(run, dup_n, keep_n, EdgeType.REFINES, 1.0)
+        store.accesses.append(
+            [Touch(keep_n, Channel.REFLECTED), Touch(dup_n, Channel.REFLECTED)], now=run.now, tenant=who.tenant,
+            reader=who.agent_id, query=f"merge {dup.id} into {keep.id}", trace_ref=run.run_id,
         )  # fmt: skip
 
-    def _edge(self, db: sqlite3.Connection, run: _Run, src: int, dst: int, etype: EdgeType, weight: float) -> int:
-        cur = db.execute(
-            "INSERT INTO engram_edges (src, dst, type, weight, tenant, created_at, created_by) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (src, dst, type) DO NOTHING",
-            (src, dst, etype.value, weight, self.agent.tenant, run.now, self.agent.agent_id),
+    def _edge(self, run: _Run, src: int, dst: int, etype: EdgeType, weight: float) -> int:
+        return self.rt.store.edges.put(
+            self.who.tenant, [(src, dst, etype.value, weight)], now=run.now, by=self.who.agent_id, replace=False
         )
-        return int(cur.rowcount)
 
     # -- 2. reconcile --------------------------------------------------------------------------
 
@@ -458,23 +404,11 @@ class Reflector:
                     return tally
                 for a, b, sim in pairs.with_sims():
                     add(vecs.ns[a], vecs.ns[b], sim)
-        pred_s, params = self._scope(run, "s")
-        pred_d, params_d = self._scope(run, "d")
-        params.update(params_d)
-        with translate(run.conn):
-            db = run.conn.raw
-            for s, d in db.execute(
-                "SELECT e.src, e.dst FROM engram_edges e JOIN engram_memories s ON s.n = e.src "  # noqa: S608 - engine-built fragments, values bound
-                f"JOIN engram_memories d ON d.n = e.dst WHERE e.type = 'contradicts' AND s.owner = d.owner AND {pred_s} AND {pred_d}",
-                params,
-            ):
-                add(int(s), int(d), 2.0)  # a stated contradiction outranks any cosine
-            pred, params = self._scope(run)
-            order = db.execute(
-                f"SELECT m.n, m.confidentiality FROM engram_memories m WHERE {pred} ORDER BY m.created_at, m.n",  # noqa: S608
-                params,
-            ).fetchall()
-        level = {int(n): int(c) for n, c in order}
+        scope = self._scope(run)
+        for s, d in self.rt.store.edges.contradicting(scope):
+            add(s, d, 2.0)  # a stated contradiction outranks any cosine
+        order = self.rt.store.memories.levels_by_age(scope)
+        level = dict(order)
         seen: set[int] = set()
         for anchor, _ in order:
             if anchor in seen or anchor not in near or level[anchor] > cfg.llm_cap:
@@ -491,8 +425,7 @@ class Reflector:
                 tally.interrupted = True
                 return tally
             tally.examined += 1
-            with translate(run.conn):
-                got = self._fetch(run.conn.raw, run, cluster)
+            got = self._fetch(run, cluster)
             members = sorted(got.values(), key=lambda m: (m.created_at, m.id))
             if len(members) < 2:
                 continue
@@ -522,15 +455,18 @@ class Reflector:
             return -1
         if not verdict:
             return 0
+        store, who = self.rt.store, self.who
         try:
-            with self._tx(run) as db:
+            with store.atomic():
                 for old, new in sorted(verdict.items()):
                     # the same rules as a deliberate supersede: validity closed, `refines` edge, levels travel
-                    self.agent.supersede(old, new)
-                append_stream(
-                    db,
-                    [Touch(_n_of(db, i), Channel.REFLECTED) for i in sorted({*verdict, *verdict.values()})],
-                    now=run.now, tenant=self.agent.tenant, reader=self.agent.agent_id,
+                    writing.supersede(self.rt, who, old, new)
+                keys = store.memories.visible_ids(
+                    who.visibility(include_archived=True), sorted({*verdict, *verdict.values()})
+                )
+                store.accesses.append(
+                    [Touch(keys[i], Channel.REFLECTED) for i in sorted({*verdict, *verdict.values()})],
+                    now=run.now, tenant=who.tenant, reader=who.agent_id,
                     query=f"reconcile by {reconciler.name}: "
                     + ", ".join(f"{old} superseded by {new}" for old, new in sorted(verdict.items())),
                     trace_ref=run.run_id,
@@ -550,13 +486,7 @@ class Reflector:
             return tally
         tally.note = vecs.note
         cfg = self.config
-        with translate(run.conn):
-            linked = {
-                (min(s, d), max(s, d))
-                for s, d in run.conn.raw.execute(
-                    "SELECT src, dst FROM engram_edges WHERE tenant = ?", (self.agent.tenant,)
-                )
-            }
+        linked = self.rt.store.edges.pairs(self.who.tenant)
         new_edges: dict[int, int] = {}
         pending: list[tuple[int, list[tuple[int, float]]]] = []
         for rows in vecs.groups(lambda r: (vecs.owners[r], vecs.levels[r])):
@@ -597,38 +527,27 @@ class Reflector:
         if not pending:
             return 0
         added = 0
-        with self._tx(run) as db:
+        store = self.rt.store
+        with store.atomic():
             ends = sorted({x for n, picks in pending for x in (n, *(o for o, _ in picks))})
-            alive = set(self._alive(db, run, ends))
+            alive = set(store.memories.visible_keys(self._scope(run), keys=ends))
             for n, picks in pending:
                 for other, weight in picks:
                     if n in alive and other in alive:
-                        added += self._edge(db, run, n, other, EdgeType.RELATED, min(1.0, max(weight, 1e-4)))
+                        added += self._edge(run, n, other, EdgeType.RELATED, min(1.0, max(weight, 1e-4)))
         return added
-
-    def _alive(self, db: sqlite3.Connection, run: _Run, ns: Sequence[int]) -> list[int]:
-        pred, params = self._scope(run)
-        marks = ",".join(f":r_n{i}" for i in range(len(ns)))
-        params.update({f"r_n{i}": n for i, n in enumerate(ns)})
-        return [
-            int(r[0])
-            for r in db.execute(f"SELECT m.n FROM engram_memories m WHERE m.n IN ({marks}) AND {pred}", params)  # noqa: S608
-        ]
 
     # -- 4. rescore ----------------------------------------------------------------------------
 
     def _rescore(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
         tally = _Tally("rescore")
-        scoring = self.agent.engine.scoring
-        pred, params = self._scope(run)
+        scoring = self.rt.scoring
+        store = self.rt.store
+        scope = self._scope(run)
         after = -1
         while not tally.interrupted:
-            with self._tx(run) as db:
-                rows = db.execute(
-                    "SELECT m.n, m.importance, m.salience, m.ring, m.old_count, m.old_newest, m.old_oldest "  # noqa: S608
-                    f"FROM engram_memories m WHERE m.n > :r_after AND {pred} ORDER BY m.n LIMIT :r_limit",
-                    dict(params, r_after=after, r_limit=self.config.batch),
-                ).fetchall()
+            with store.atomic():
+                rows = store.memories.scan(scope, after, self.config.batch)
                 updates: list[tuple[float, int]] = []
                 for n, imp, sal, ring, old_count, old_newest, old_oldest in rows:
                     if stop():
@@ -644,11 +563,7 @@ class Reflector:
                     if not math.isclose(new, imp, rel_tol=0.0, abs_tol=1e-9):
                         updates.append((new, n))
                 if updates:
-                    change = next_change(db)
-                    db.executemany(
-                        "UPDATE engram_memories SET importance = ?, changed = ? WHERE n = ?",
-                        [(new, change, n) for new, n in updates],
-                    )
+                    store.memories.set_importance(updates, store.changes.next())
                     tally.changed += len(updates)
             if len(rows) < self.config.batch:
                 break
@@ -663,16 +578,7 @@ class Reflector:
             tally.skipped = "no reasoner given (the steps that need a model are opt-in)"
             return tally
         cfg = self.config
-        pred, params = self._scope(run)
-        with translate(run.conn):
-            rows = run.conn.raw.execute(
-                "SELECT m.n, m.owner FROM engram_memories m "  # noqa: S608 - engine-built fragments, values bound
-                f"WHERE m.type = 'episode' AND m.confidentiality <= :r_llm AND {pred} AND NOT EXISTS ("
-                "SELECT 1 FROM engram_edges e JOIN engram_memories g ON g.n = e.src WHERE e.dst = m.n "
-                "AND e.type = 'derived_from' AND g.type = 'reflection' AND g.owner = m.owner AND g.archived = 0) "
-                "ORDER BY m.owner, m.created_at, m.n",
-                dict(params, r_llm=int(cfg.llm_cap)),
-            ).fetchall()
+        rows = self.rt.store.memories.undistilled_episodes(self._scope(run), cfg.llm_cap)
         batches: list[list[int]] = []
         by_owner: dict[str, list[int]] = {}
         for n, owner in rows:
@@ -688,8 +594,7 @@ class Reflector:
                 tally.interrupted = True
                 break
             tally.examined += 1
-            with translate(run.conn):
-                got = self._fetch(run.conn.raw, run, chunk)
+            got = self._fetch(run, chunk)
             ns = [n for n in chunk if n in got]
             episodes = [got[n] for n in ns]
             if len(episodes) < cfg.gist_min_episodes:
@@ -713,13 +618,16 @@ class Reflector:
         return tally
 
     def _write_gist(self, run: _Run, reasoner: Reasoner, ns: list[int], gist: str) -> bool:
+        store, who = self.rt.store, self.who
         try:
-            with self._tx(run) as db:
-                sources = self._fetch(db, run, ns)  # afresh: an episode may have gone meanwhile
+            with store.atomic():
+                sources = self._fetch(run, ns)  # afresh: an episode may have gone meanwhile
                 if not sources:
                     return False
                 src = list(sources.values())
-                memory = self.agent.remember_many(
+                memory = writing.remember_many(
+                    self.rt,
+                    who,
                     [
                         {
                             "content": gist.strip(),
@@ -736,12 +644,13 @@ class Reflector:
                     ],
                     dedup=False,
                 )[0]
-                gist_n = _n_of(db, memory.id)
+                gist_n = store.memories.key_of(who.tenant, memory.id)
+                assert gist_n is not None
                 for n in sorted(sources):
-                    self._edge(db, run, gist_n, n, EdgeType.DERIVED_FROM, 1.0)
-                append_stream(
-                    db, [Touch(n, Channel.REFLECTED) for n in sorted(sources)], now=run.now, tenant=self.agent.tenant,
-                    reader=self.agent.agent_id, query=f"abstract by {reasoner.name} into {memory.id}", trace_ref=run.run_id,
+                    self._edge(run, gist_n, n, EdgeType.DERIVED_FROM, 1.0)
+                store.accesses.append(
+                    [Touch(n, Channel.REFLECTED) for n in sorted(sources)], now=run.now, tenant=who.tenant,
+                    reader=who.agent_id, query=f"abstract by {reasoner.name} into {memory.id}", trace_ref=run.run_id,
                 )  # fmt: skip
         except Forgotten:
             log.info("reasoner %s restated forgotten content; not stored", reasoner.name)
@@ -752,25 +661,7 @@ class Reflector:
 
     def _prune(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
         tally = _Tally("prune")
-        fn = _forgetting_prune()
-        if fn is not None:
-            kwargs: dict[str, Any] = {"now": run.now}
-            accepted = inspect.signature(fn).parameters
-            if "threshold" in accepted:
-                kwargs["threshold"] = self.agent.engine.forgetting.threshold
-            if "should_stop" in accepted:
-                kwargs["should_stop"] = stop
-            if "include_shared" in accepted:
-                kwargs["include_shared"] = self.config.include_shared
-            result = fn(self.agent, **kwargs)
-            tally.note = "engramdb.memories.forgetting.prune"
-        else:
-            method = getattr(self.agent, "prune", None)
-            if method is None:
-                tally.skipped = "no guarded prune is available (engramdb.memories.forgetting.prune is missing)"
-                return tally
-            result = method(include_shared=self.config.include_shared)
-            tally.note = "Agent.prune (one transaction; not interruptible inside)"
-        tally.changed = _count(result)
-        tally.examined = tally.changed
+        pruned = writing.prune(self.rt, self.who, include_shared=self.config.include_shared)
+        tally.note = "Agent.prune (one transaction; not interruptible inside)"
+        tally.changed = tally.examined = len(pruned)
         return tally

@@ -3,21 +3,14 @@ reports, and small helpers (see `engramdb.memories.reflection`)."""
 
 from __future__ import annotations
 
-import importlib
 import threading
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from engramdb.errors import ConfigError, ValidationError
 from engramdb.memories.model import Confidentiality, Memory
-from engramdb.memories.store import (
-    pack_times,
-)
-
-if TYPE_CHECKING:
-    import sqlite3
-
+from engramdb.memories.text import pack_times, unpack_times
 
 #: The steps in the order a run takes them.
 STEPS: tuple[str, ...] = ("merge", "reconcile", "link", "rescore", "abstract", "prune")
@@ -227,8 +220,6 @@ def _union(*parts: Sequence[str]) -> tuple[str, ...]:
 
 
 def _times(blob: bytes | None) -> tuple[float, ...]:
-    from engramdb.memories.store import unpack_times
-
     return unpack_times(blob)
 
 
@@ -244,10 +235,6 @@ def _fold_accesses(keep: Memory, dup: Memory, ring_size: int) -> tuple[bytes, in
         newest.append(t)
         oldest.append(t)
     return pack_times(times), count, max(newest) if newest else None, min(oldest) if oldest else None
-
-
-def _n_of(db: sqlite3.Connection, memory_id: str) -> int:
-    return int(db.execute("SELECT n FROM engram_memories WHERE id = ?", (memory_id,)).fetchone()[0])
 
 
 def _check_steps(steps: Sequence[str] | None) -> frozenset[str]:
@@ -271,29 +258,3 @@ def _stopper(signal: StopSignal | None) -> Callable[[], bool]:
     if callable(signal):
         return lambda: bool(signal())
     raise ValidationError("should_stop must be a threading.Event or a callable returning a bool")
-
-
-def _forgetting_prune() -> Callable[..., Any] | None:
-    """``engramdb.memories.forgetting.prune(agent, *, now, threshold, ...)`` when that module offers it."""
-    try:
-        module = importlib.import_module("engramdb.memories.forgetting")
-    except ModuleNotFoundError as exc:
-        if exc.name != "engramdb.memories.forgetting":
-            raise
-        return None
-    fn = getattr(module, "prune", None)
-    return fn if callable(fn) else None
-
-
-def _count(result: object) -> int:
-    if isinstance(result, bool):
-        return int(result)
-    if isinstance(result, int):
-        return result
-    for attr in ("pruned", "changed", "count"):
-        value = getattr(result, attr, None)
-        if value is not None and not callable(value):
-            return _count(value)
-    if isinstance(result, Sized):
-        return len(result)
-    return 0

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import sqlite3
-
     import numpy as np
     import numpy.typing as npt
 
     from engramdb.embeddings.base import Embedder
+    from engramdb.memories.model import Visibility
     from engramdb.memories.reflection_support import ReflectionConfig
+    from engramdb.storage.ports import Backend
 
 
 # A fixed, deliberately diverse probe set: the calibration of an embedder must not depend on the store.
@@ -83,24 +83,18 @@ class _Vectors:
         return [out[k] for k in sorted(out, key=lambda k: (k[0], str(k[1])))]
 
 
-def _load_vectors(
-    db: sqlite3.Connection, embedder: Embedder, pred: str, params: dict[str, Any], cfg: ReflectionConfig
-) -> _Vectors:
+def _load_vectors(store: Backend, embedder: Embedder, vis: Visibility, cfg: ReflectionConfig) -> _Vectors:
+    """The vectors of what `vis` shows, by owner, creation time and key, unit length (see `_Vectors`)."""
     import numpy as np
 
     dim = embedder.dim
     width = 4 * dim
-    cur = db.execute(
-        "SELECT m.n, m.owner, m.type, m.confidentiality, v.vec FROM engram_memories m JOIN engram_vectors v ON v.n = m.n "  # noqa: S608
-        f"WHERE {pred} AND v.model = :r_model ORDER BY m.owner, m.created_at, m.n",
-        dict(params, r_model=embedder.name),
-    )
     ns: list[int] = []
     owners: list[str] = []
     types: list[str] = []
     levels: list[int] = []
     mat = np.zeros((1024, dim), dtype=np.float32)
-    while rows := cur.fetchmany(4096):
+    for rows in store.vectors.in_scope(vis, embedder.name):
         blobs = []
         for n, owner, mtype, level, vec in rows:
             if len(vec) != width:  # a vector of another dimension: not comparable

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 
-from engramdb.memories.store import Visibility
-
-_READS = "('recalled', 'searched', 'deref')"
+from engramdb.memories.model import Visibility
+from engramdb.storage.ports import Backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,59 +41,24 @@ class Stats:
     recalls: int = 0
 
 
-def compute_stats(db: sqlite3.Connection, vis: Visibility) -> Stats:
-    pred, params = vis.sql("m")
-    db.execute("DROP TABLE IF EXISTS temp.engram_visible")
-    db.execute(
-        # A forgotten memory's husk (kept for the access stream's keys) is not a memory any more.
-        "CREATE TEMP TABLE engram_visible AS SELECT m.n, m.type, m.archived, m.author FROM engram_memories m "  # noqa: S608
-        f"WHERE {pred} AND m.id NOT LIKE 'forgotten:%'",
-        params,
-    )
-    try:
-        total, archived = db.execute("SELECT count(*), coalesce(sum(archived), 0) FROM temp.engram_visible").fetchone()
-        by_type = dict(
-            db.execute("SELECT type, count(*) FROM temp.engram_visible WHERE archived = 0 GROUP BY type ORDER BY type")
-        )
-        live = total - archived
-        per_memory = [
-            int(r[0])
-            for r in db.execute(
-                f"SELECT count(*) FROM engram_access a JOIN temp.engram_visible v ON v.n = a.n WHERE a.channel IN {_READS} GROUP BY a.n ORDER BY 1 DESC"  # noqa: S608
-            )
-        ]
-        reads = sum(per_memory)
-        fetched_live = db.execute(
-            f"SELECT count(DISTINCT a.n) FROM engram_access a JOIN temp.engram_visible v ON v.n = a.n WHERE v.archived = 0 AND a.channel IN {_READS}"  # noqa: S608
-        ).fetchone()[0]
-        top = max(1, (live + 9) // 10)
-        injected, injected_memories, used_after = db.execute(
-            "SELECT count(*), count(DISTINCT a.n), count(DISTINCT CASE WHEN EXISTS (SELECT 1 FROM engram_access b WHERE b.n = a.n "  # noqa: S608 - engine-built fragments, values bound
-            f"AND b.channel IN {_READS} AND b.ts >= a.ts) THEN a.n END) "
-            "FROM engram_access a JOIN temp.engram_visible v ON v.n = a.n WHERE a.channel = 'injected'"
-        ).fetchone()
-        cross = db.execute(
-            f"SELECT count(*) FROM engram_access a JOIN temp.engram_visible v ON v.n = a.n WHERE a.channel IN {_READS} AND a.reader <> v.author"  # noqa: S608
-        ).fetchone()[0]
-        refl_reads = db.execute(
-            f"SELECT count(*) FROM engram_access a JOIN temp.engram_visible v ON v.n = a.n WHERE a.channel IN {_READS} AND v.type = 'reflection'"  # noqa: S608
-        ).fetchone()[0]
-        recalls = db.execute(
-            "SELECT count(*) FROM engram_recalls WHERE tenant = ? AND reader = ?", (vis.tenant, vis.reader)
-        ).fetchone()[0]
-    finally:
-        db.execute("DROP TABLE IF EXISTS temp.engram_visible")
+def compute_stats(store: Backend, vis: Visibility) -> Stats:
+    """The statistics over what `vis` shows, from the store's raw usage counts."""
+    u = store.accesses.usage(vis)
+    live = u.memories - u.archived
+    per_memory = u.reads_per_memory
+    reads = sum(per_memory)
+    top = max(1, (live + 9) // 10)
     return Stats(
-        memories=total,
-        archived=archived,
-        by_type=by_type,
-        never_fetched_share=(live - fetched_live) / live if live else 0.0,
+        memories=u.memories,
+        archived=u.archived,
+        by_type=u.by_type,
+        never_fetched_share=(live - u.read_live) / live if live else 0.0,
         fetch_concentration=sum(per_memory[:top]) / reads if reads else 0.0,
         reads=reads,
-        injected=injected,
-        injected_then_used=used_after / injected_memories if injected_memories else 0.0,
-        cross_owner_reads=cross,
-        reflection_rows_share=by_type.get("reflection", 0) / live if live else 0.0,
-        reflection_reads_share=refl_reads / reads if reads else 0.0,
-        recalls=recalls,
+        injected=u.injected,
+        injected_then_used=u.injected_then_used / u.injected_memories if u.injected_memories else 0.0,
+        cross_owner_reads=u.cross_owner_reads,
+        reflection_rows_share=u.by_type.get("reflection", 0) / live if live else 0.0,
+        reflection_reads_share=u.reflection_reads / reads if reads else 0.0,
+        recalls=u.recalls,
     )

@@ -1,12 +1,13 @@
 """Visibility attributes of cached memories as arrays, so a reader's visible set is one vector mask.
 
 Both in-memory candidate channels (lexical and vector) keep these columns beside their index and
-mask with `Visibility`'s predicate *before* anything is ranked; `mask` is the array form of
-`Visibility.sql` and the two must stay the same rule.
+mask with the `Visibility` rule *before* anything is ranked; `mask` is the array form of that rule,
+as `engramdb.storage.sqlite.visibility.predicate` is its SQL form (a property test holds them equal).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.memories.store import Visibility
+from engramdb.memories.model import Visibility
 
 
 class Codes:
@@ -105,15 +106,16 @@ class VisibilityColumns:
         validity test is then applied only to the rows that have validity bounds (few, usually).
         Returns a fresh array the caller may change."""
         tkey = tuple(sorted(types)) if types is not None else None
-        key = (self.version, n, vis.tenant, vis.reader, int(vis.cap), vis.cross_agent, vis.include_archived, tkey)
+        key = (
+            self.version, n, vis.tenant, vis.reader, int(vis.cap), vis.cross_agent, vis.include_archived, vis.own_only,
+            tkey,
+        )  # fmt: skip
         base = self._masks.get(key)
         if base is None:
             if len(self._masks) >= 16 or any(k[0] != self.version or k[1] != n for k in self._masks):
                 self._masks.clear()
                 self._bounded = None
-            base = self._masks[key] = self.mask(
-                Visibility(vis.tenant, vis.reader, vis.cap, None, vis.cross_agent, vis.include_archived), n, types
-            )
+            base = self._masks[key] = self.mask(dataclasses.replace(vis, as_of=None), n, types)
         m = base.copy()
         if vis.as_of is not None:
             if self._bounded is None:
@@ -145,9 +147,11 @@ class VisibilityColumns:
         self.version += 1
 
     def mask(self, vis: Visibility, n: int, types: Iterable[str] | None = None) -> npt.NDArray[np.bool_]:
-        """Rows [0, n) that `vis` may see (and of `types`, when given): `Visibility.sql` as arrays."""
+        """Rows [0, n) that `vis` may see (and of `types`, when given): the `Visibility` rule as arrays."""
         m = (self.tenant[:n] == self.codes.find(vis.tenant)) & (self.level[:n] <= int(vis.cap))
-        if not vis.cross_agent:
+        if vis.own_only:
+            m &= self.owner[:n] == self.codes.find(vis.reader)
+        elif not vis.cross_agent:
             m &= (self.owner[:n] == 0) | (self.owner[:n] == self.codes.find(vis.reader))
         if not vis.include_archived:
             m &= ~self.archived[:n]

@@ -26,17 +26,16 @@ one array slice and a few vector operations over its postings, with the same BM2
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.memories.store import Visibility, current_change
+from engramdb.memories.model import Visibility
 from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.retrieval.keywords import entity_terms
+from engramdb.storage.ports import Backend, IndexRow
 
 K1 = 1.2
 B = 0.75
@@ -78,18 +77,13 @@ class LexicalChannel:
 
     # -- keeping up with the store ---------------------------------------------------------------
 
-    def refresh(self, db: sqlite3.Connection) -> None:
+    def refresh(self, store: Backend) -> None:
         """Load whatever changed since the last refresh (cheap when nothing did)."""
         with self._lock:
-            latest = current_change(db)
+            latest = store.changes.current()
             if latest == self._seen:
                 return
-            rows = db.execute(
-                "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens, "
-                "importance, ring, old_count, old_newest, old_oldest, created_at, entities FROM engram_memories "
-                "WHERE changed > ?",
-                (self._seen,),
-            ).fetchall()
+            rows = store.memories.index_rows(self._seen)
             if rows:
                 self._ensure(1 + max(r[0] for r in rows))
                 self._apply(rows)
@@ -122,7 +116,7 @@ class LexicalChannel:
         vocab = self._vocab
         return [vocab.setdefault(t, len(vocab)) for t in terms.split()]
 
-    def _apply(self, rows: Sequence[tuple[Any, ...]]) -> None:
+    def _apply(self, rows: Sequence[IndexRow]) -> None:
         keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         self.cols.set_many(keys, [r[1:8] for r in rows])
         self._length[keys] = [max(float(r[9] or 1), 1.0) for r in rows]

@@ -14,31 +14,25 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import secrets
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from engramdb.memories import scoring
-from engramdb.memories.model import Channel, Components, EdgeType, Memory, MemoryType
-from engramdb.memories.store import (
-    MEMORY_COLUMNS,
-    Touch,
-    Visibility,
-    log_accesses,
-    row_to_memory,
-)
+from engramdb.memories.access import log_accesses
+from engramdb.memories.model import Channel, Components, EdgeType, Memory, MemoryType, Visibility
 from engramdb.retrieval.keywords import keywords, query_entity_tokens, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
 from engramdb.retrieval.when import TimeWindow, When, resolve_when
+from engramdb.storage.ports import RecallRecord, Touch
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
     from engramdb.retrieval.lexical_channel import LexicalChannel
     from engramdb.retrieval.vector_channel import VectorChannel
-    from engramdb.storage.sqlite import SqliteStore
+    from engramdb.storage.ports import Backend
 
 NEAR_MISSES = 5
 
@@ -90,7 +84,7 @@ class Recaller:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: Backend,
         clock: Callable[[], float],
         config: scoring.ScoringConfig,
         embedder: Embedder | None,
@@ -122,63 +116,20 @@ class Recaller:
             )
         }
 
-    def _fetch(self, db: sqlite3.Connection, ns: Sequence[int], vis: Visibility) -> dict[int, Memory]:
-        if not ns:
-            return {}
-        pred, params = vis.sql("m")
-        out: dict[int, Memory] = {}
-        for start in range(0, len(ns), 500):
-            chunk = list(ns[start : start + 500])
-            marks = ",".join(f":n{i}" for i in range(len(chunk)))
-            sql = f"SELECT {MEMORY_COLUMNS} FROM engram_memories m WHERE m.n IN ({marks}) AND {pred}"  # noqa: S608
-            for row in db.execute(sql, dict(params, **{f"n{i}": n for i, n in enumerate(chunk)})):
-                out[int(row[0])] = row_to_memory(row)
-        return out
-
-    def _names(self, db: sqlite3.Connection, ns: list[int]) -> dict[int, tuple[str, str]]:
-        """(id, title) of each of `ns` (already known visible: they are ranked candidates)."""
-        if not ns:
-            return {}
-        marks = ",".join("?" * len(ns))
-        sql = f"SELECT n, id, title FROM engram_memories WHERE n IN ({marks})"  # noqa: S608 - placeholders only
-        return {int(n): (str(mid), str(title)) for n, mid, title in db.execute(sql, ns)}
-
-    def _contradictions(self, db: sqlite3.Connection, ns: list[int], vis: Visibility) -> dict[int, tuple[str, ...]]:
+    def _contradictions(self, ns: list[int], vis: Visibility) -> dict[int, tuple[str, ...]]:
         """'contradicted by …' notes for hits with a visible `contradicts` edge, either way round."""
-        if not ns:
-            return {}
-        pred, params = vis.sql("m")
-        marks = ",".join(f":h{i}" for i in range(len(ns)))
-        named = dict(params, **{f"h{i}": n for i, n in enumerate(ns)})
-        notes: dict[int, list[str]] = {}
-        for near, far in (("src", "dst"), ("dst", "src")):
-            sql = (
-                f"SELECT e.{near}, m.id, substr(m.content, 1, 120) FROM engram_edges e "  # noqa: S608 - engine-built fragments, values bound
-                # CROSS JOIN: start from the hits' edges; the planner otherwise walked every visible
-                # memory first (measured 4-10 ms per recall at 10k memories, now ~0.05 ms).
-                f"CROSS JOIN engram_memories m ON m.n = e.{far} WHERE e.type = 'contradicts' AND e.{near} IN ({marks}) AND {pred}"
-            )
-            for n, other, preview in db.execute(sql, named):
-                notes.setdefault(int(n), []).append(f"contradicted by {other}: {preview}")
-        return {n: tuple(v) for n, v in notes.items()}
+        found = self.store.edges.contradictions(vis, ns)
+        return {n: tuple(f"contradicted by {other}: {preview}" for other, preview in v) for n, v in found.items()}
 
-    def _neighbours(self, db: sqlite3.Connection, vis: Visibility) -> scoring.Neighbours[int]:
-        pred, params = vis.sql("m")
+    def _neighbours(self, vis: Visibility) -> scoring.Neighbours[int]:
+        edges = self.store.edges
 
         def neighbours(nodes: Sequence[int]) -> dict[int, list[tuple[int, bool, float]]]:
-            marks = ",".join(f":s{i}" for i in range(len(nodes)))
-            named = dict(params, **{f"s{i}": n for i, n in enumerate(nodes)})
-            adjacency: dict[int, list[tuple[int, bool, float]]] = {}
             # Edges spread both ways; the far end must be visible to be reached at all.
-            for near, far in (("src", "dst"), ("dst", "src")):
-                sql = (
-                    f"SELECT e.{near}, e.{far}, e.type, e.weight FROM engram_edges e "  # noqa: S608
-                    f"CROSS JOIN engram_memories m INDEXED BY engram_memories_cover ON m.n = e.{far} "
-                    f"WHERE e.{near} IN ({marks}) AND {pred}"
-                )
-                for a, b, etype, weight in db.execute(sql, named):
-                    adjacency.setdefault(int(a), []).append((int(b), EdgeType(etype).causal, float(weight)))
-            return adjacency
+            return {
+                a: [(b, EdgeType(etype).causal, weight) for b, etype, weight in near]
+                for a, near in edges.neighbours(vis, nodes).items()
+            }
 
         return neighbours
 
@@ -202,19 +153,18 @@ class Recaller:
         now = self.clock()
         windows = resolve_when(when, query, now) if cfg.w_when else ()
         if vis.as_of is None:
-            vis = Visibility(vis.tenant, vis.reader, vis.cap, now, vis.cross_agent, vis.include_archived)
+            vis = dataclasses.replace(vis, as_of=now)
         kws = keywords(query)
         type_names = frozenset(t.value for t in types) if types else None
-        conn = self.store.connection("engine")
-        db = conn.raw
+        store = self.store
         qstems = list(dict.fromkeys(stem(w) for w in kws))
         qents = query_entity_tokens(query) if cfg.w_entity else []
-        self.lexical.refresh(db)
+        self.lexical.refresh(store)
         lexical = self.lexical.search(qstems, cfg.candidates, vis, types=type_names)
         vector: dict[int, float] = {}
         qvec = None
         if self.channel is not None and self.embedder is not None:
-            self.channel.refresh(db)
+            self.channel.refresh(store)
             qvec = self.embedder.embed([query])[0]
             vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
         cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems, qents)
@@ -230,7 +180,7 @@ class Recaller:
         top_weight = scoring.top_weight(cfg, windows=bool(windows), entity=any(c.entity for c in cands.values()))
         seeds = sorted(cands.values(), key=lambda c: (-c.base, c.n))[: max(k, 1)]
         spread = scoring.spread(
-            {c.n: c.base / top_weight for c in seeds}, self._neighbours(db, vis), replace(cfg, hops=hops)
+            {c.n: c.base / top_weight for c in seeds}, self._neighbours(vis), replace(cfg, hops=hops)
         )
         newcomers = [n for n in spread if n not in cands]
         if newcomers:
@@ -245,14 +195,14 @@ class Recaller:
         ranked = sorted(cands.values(), key=lambda c: (-c.score, c.n))
         top, near = ranked[:k], ranked[k : k + NEAR_MISSES]
         # Only the memories shown are read in full; explain names the near misses by id and title.
-        full = self._fetch(db, [c.n for c in top], vis)
+        full = store.memories.many(vis, [c.n for c in top])
         for c in top:
             c.memory = full[c.n]
-        names = self._names(db, [c.n for c in near])
+        names = store.memories.names([c.n for c in near])
         for c in near:
             c.name = names[c.n]
         recall_id = None if dry_run else "rc_" + secrets.token_hex(8)
-        notes = self._contradictions(db, [c.n for c in top], vis)
+        notes = self._contradictions([c.n for c in top], vis)
         hits = tuple(
             Hit(self.annotate(_memory(c), now), c.score, i + 1, c.components(), c.source, notes.get(c.n, ()))
             for i, c in enumerate(top)
@@ -333,7 +283,6 @@ class Recaller:
         now: float,
         types: frozenset[MemoryType] | None,
     ) -> None:
-        conn = self.store.connection("engine")
         params = {
             "k": ex.k,
             "hops": ex.hops,
@@ -344,9 +293,9 @@ class Recaller:
             "weights": ex.weights,
             "hits": [_explained_json(e) for e in ex.hits],
         }
-        with self.store.atomic(conn):
+        with self.store.atomic():
             log_accesses(
-                conn.raw,
+                self.store,
                 [Touch(c.n, channel, c.score, i + 1, c.components()) for i, c in enumerate(top)],
                 now=now,
                 tenant=vis.tenant,
@@ -356,18 +305,13 @@ class Recaller:
                 trace_ref=trace_ref,
                 recall_id=ex.recall_id,
             )
-            conn.raw.execute(
-                "INSERT INTO engram_recalls VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    ex.recall_id,
-                    now,
-                    vis.tenant,
-                    vis.reader,
-                    ex.query,
-                    json.dumps(params),
-                    json.dumps([_explained_json(e) for e in ex.near_misses]),
-                ),
-            )
+            assert ex.recall_id is not None
+            self.store.recalls.add(
+                RecallRecord(
+                    ex.recall_id, now, vis.tenant, vis.reader, ex.query, params,
+                    [_explained_json(e) for e in ex.near_misses],
+                )
+            )  # fmt: skip
 
 
 def _span(values: Sequence[float]) -> tuple[float, float]:

@@ -11,12 +11,11 @@ from engramdb.errors import ScopeViolation, SqlError
 from engramdb.retrieval.budget import TokenCounter, approx_tokens
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
 from engramdb.retrieval.keywords import hits, keywords, words
-from engramdb.storage.sqlite import translate
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
     from engramdb.retrieval.row_vectors import RowVectors
-    from engramdb.scopes.scope import MemoryScope
+    from engramdb.storage.ports import MemoryScope
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
 _RECENCY_COLUMNS = ("created_ts", "created_at", "ts", "timestamp")
@@ -114,18 +113,13 @@ class MemoryRetriever:
         from engramdb.retrieval.row_vectors import RowVectors
 
         if embedder is None:
-            from engramdb.engine import DynamicMemoryEngine
+            from engramdb.memories.runtime import default_embedder
 
-            embedder = DynamicMemoryEngine._default_embedder()
+            embedder = default_embedder()
         return RowVectors(self.scope, self.table, self.content_column, embedder)
 
     def _columns(self) -> set[str]:
-        conn = self.scope.store.connection("engine")
-        with translate(conn):
-            rows = conn.raw.execute("SELECT name FROM pragma_table_info(?)", (self.table,)).fetchall()
-        if not rows:
-            raise SqlError(f"no such table: {self.table}")
-        return {str(r[0]).lower() for r in rows}
+        return {c.lower() for c in self.scope.columns(self.table)}
 
     # -- ranking ------------------------------------------------------------------------------
 

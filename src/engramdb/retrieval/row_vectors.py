@@ -6,8 +6,8 @@ written in one transaction per sync) and searched exactly with numpy from an in-
 (a rebuildable cache). Exact search costs ~0.2 ms per query at 10k rows and ~8 ms at 100k.
 
 A sync embeds rows that are new or whose content changed (by digest) and drops vectors of deleted
-rows. It runs only when the database changed since the last sync as seen from this thread
-(``PRAGMA data_version`` plus this process's own writes).
+rows. It runs only when the store changed since the last sync as seen from this thread
+(`engramdb.storage.ports.RowVectorStore.version`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from engramdb.errors import MissingExtra
-from engramdb.storage.sqlite import translate
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
     from engramdb.embeddings.base import Embedder
-    from engramdb.scopes.scope import MemoryScope
+    from engramdb.storage.ports import MemoryScope
 
 
 def _numpy() -> Any:
@@ -52,9 +51,8 @@ class RowVectors:
         self._loaded = False
 
     def _version(self) -> int:
-        """Changes whenever anything committed to the file since this thread last looked."""
-        conn = self.scope.store.connection("engine")
-        return int(conn.raw.execute("PRAGMA data_version").fetchone()[0]) * 1_000_003 + conn.raw.total_changes
+        """Changes whenever anything committed to the store since this thread last looked."""
+        return self.scope.row_vectors.version()
 
     def sync(self) -> None:
         """Embed new or changed rows, drop deleted ones, and rebuild the search matrix."""
@@ -64,40 +62,20 @@ class RowVectors:
                 return
             np = self._np
             rows = self.scope.query(f'SELECT rowid, "{self.column}" FROM "{self.table}"')  # noqa: S608 - names validated by caller
-            store = self.scope.store
-            conn = store.connection("engine")
+            store = self.scope.row_vectors
             model = self.embedder.name
-            key = (self.table, self.column)
-            with translate(conn):
-                stored = {
-                    int(r[0]): bytes(r[1])
-                    for r in conn.raw.execute(
-                        "SELECT row_id, digest FROM engram_row_vectors WHERE tbl = ? AND col = ? AND model = ?",
-                        (*key, model),
-                    )
-                }
+            key = (self.table, self.column, model)
+            stored = store.digests(*key)
             current = {int(rid): ("" if text is None else str(text)) for rid, text in rows}
             todo = [(rid, text, _digest(text)) for rid, text in current.items() if stored.get(rid) != _digest(text)]
             gone = [rid for rid in stored if rid not in current]
             if todo or gone:
                 vecs = self.embedder.embed([t for _, t, _ in todo]) if todo else None
-                with store.atomic(conn), translate(conn):
-                    conn.raw.executemany(
-                        "DELETE FROM engram_row_vectors WHERE tbl = ? AND col = ? AND row_id = ?",
-                        [(*key, rid) for rid in gone],
-                    )
-                    if vecs is not None:
-                        conn.raw.executemany(
-                            "INSERT OR REPLACE INTO engram_row_vectors VALUES (?, ?, ?, ?, ?, ?)",
-                            [(*key, rid, dg, model, vecs[i].tobytes()) for i, (rid, _, dg) in enumerate(todo)],
-                        )
-            with translate(conn):
-                loaded = conn.raw.execute(
-                    "SELECT row_id, vec FROM engram_row_vectors WHERE tbl = ? AND col = ? AND model = ? ORDER BY row_id",
-                    (*key, model),
-                ).fetchall()
+                new = [] if vecs is None else [(rid, dg, vecs[i].tobytes()) for i, (rid, _, dg) in enumerate(todo)]
+                store.apply(*key, gone, new)
+            loaded = store.load(*key)
             self._ids = [int(r[0]) for r in loaded]
-            blob = b"".join(bytes(r[1]) for r in loaded)
+            blob = b"".join(r[1] for r in loaded)
             self._matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(loaded), self.embedder.dim)
             self._loaded = True
             self._seen = {tid: self._version()}  # other threads re-check after any sync

@@ -23,36 +23,29 @@ as before.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import stat
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from engramdb.embeddings.base import Embedder
-from engramdb.memories.store import Visibility, current_change, instance_id
+from engramdb.memories.model import Visibility
 from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.retrieval.vector_file import read_side_file, side_file_for, write_side_file
+from engramdb.storage.ports import Backend, VectorRow
 from engramdb.vectors.ann import AnnIndex
 from engramdb.vectors.base import VectorIndex
 from engramdb.vectors.exact import ExactIndex
 
 log = logging.getLogger(__name__)
 
-# Every memory row as the cache needs it: the visibility attributes in `VisibilityColumns.set_many`
-# order at [2:9], the vector (or None) last.
-_ROWS = (
-    "SELECT m.n, m.changed, m.tenant, m.owner, m.confidentiality, m.archived, m.valid_from, m.valid_to, m.type, "
-    "v.vec FROM engram_memories m LEFT JOIN engram_vectors v ON v.n = m.n AND v.model = ? "
-)
 #: saved vectors compared with the stored ones when a side file is adopted
 _TIP_ROWS = 32
 #: `save_if_changed` saves when more than this share of the cached rows changed since the last save
 _CLOSE_SAVE_SHARE = 0.1
-_CHUNK = 500
 #: `best_matches` computes its similarities in blocks of rows of about this many bytes
 SIMS_BYTES = 64 << 20
 
@@ -102,37 +95,37 @@ class VectorChannel:
         """True when this channel's index came from the side file rather than from every stored vector."""
         return self._restored
 
-    def refresh(self, db: sqlite3.Connection) -> None:
+    def refresh(self, store: Backend) -> None:
         """Load whatever changed since the last refresh (cheap when nothing did)."""
         with self._lock:
-            latest = current_change(db)
+            latest = store.changes.current()
             if latest == self._seen:
                 return
-            if db.in_transaction:
+            if store.in_transaction():
                 self._unsafe = True
             if self._seen == -1 and self.side_file is not None:
-                self._restore(db, latest)
-            self._apply(db.execute(_ROWS + "WHERE m.changed > ?", (self.embedder.name, self._seen)).fetchall())
+                self._restore(store, latest)
+            self._apply(store.vectors.cache_rows(self.embedder.name, self._seen))
             self._seen = latest
             index = self.index
             if isinstance(index, AnnIndex) and index.generation != self._saved_generation:
                 self._save()
 
-    def save_if_changed(self, db: sqlite3.Connection | None = None) -> None:
+    def save_if_changed(self, store: Backend | None = None) -> None:
         """Save the side file when more than a tenth of the cached rows were loaded or hidden since
         the last save (or since the file was adopted); called by `DynamicMemoryEngine.close`.
-        With `db`, catch up with it first: a cache behind the database may still hold a vector
+        With `store`, catch up with it first: a cache behind the database may still hold a vector
         forgotten since, and must not write it out."""
         with self._lock:
-            if db is not None and self._seen >= 0:
-                self.refresh(db)
+            if store is not None and self._seen >= 0:
+                self.refresh(store)
             if self._dirty > _CLOSE_SAVE_SHARE * len(self.index):
                 self._save()
 
     # -- loading ----------------------------------------------------------------------------------
 
-    def _apply(self, rows: list[Any]) -> None:
-        """Cache `rows` (of `_ROWS`): upsert their vectors, or purge the ones that have none.
+    def _apply(self, rows: Sequence[VectorRow]) -> None:
+        """Cache `rows` (`engramdb.storage.ports.VectorRow`): upsert their vectors, or purge the ones that have none.
 
         A changed row without a vector (forgotten, or written without an embedder) must not keep a
         stale cached vector visible, nor anywhere at all once forgotten: it is marked archived in
@@ -159,7 +152,9 @@ class VectorChannel:
         if not rows:
             return
         keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        vecs = np.frombuffer(b"".join(r[9] for r in rows), dtype=np.float32).reshape(len(rows), self.index.dim)
+        vecs = np.frombuffer(b"".join(r[9] for r in rows if r[9] is not None), dtype=np.float32).reshape(
+            len(rows), self.index.dim
+        )
         # Most changed rows are changed by an access (ring, strength), not a new vector: re-adding an
         # unchanged vector to the IVF cost ~14 ms per recall at 1M memories (the hits of the last one).
         fresh = np.ones(len(rows), dtype=np.bool_)
@@ -182,10 +177,10 @@ class VectorChannel:
             self._changed[rows_of] = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
         self._dirty += int(np.count_nonzero(fresh))
 
-    def _restore(self, db: sqlite3.Connection, latest: int) -> None:
+    def _restore(self, store: Backend, latest: int) -> None:
         """Adopt the side file when it fits this database (see the module docstring); else nothing."""
         assert self.side_file is not None and isinstance(self.index, AnnIndex)
-        self._instance = instance_id(db)
+        self._instance = store.instance_id()
         if self._instance is None:
             return
         try:
@@ -206,28 +201,15 @@ class VectorChannel:
         # The newest saved vectors must be the stored ones: a backup restored after the save and
         # written to since reuses change numbers for other contents.
         matrix = index.vectors_matrix()
-        for n, n_changed, vec in db.execute(
-            "SELECT m.n, m.changed, v.vec FROM engram_memories m JOIN engram_vectors v ON v.n = m.n AND v.model = ? "
-            "WHERE m.changed <= ? ORDER BY m.changed DESC LIMIT ?",
-            (self.embedder.name, change, _TIP_ROWS),
-        ):
+        for n, n_changed, vec in store.vectors.tip(self.embedder.name, change, _TIP_ROWS):
             row = index.row_of(n)
             if row is not None and changed[row] == n_changed and matrix[row].tobytes() != vec:
                 log.debug("ignoring the vector side file %s: its vectors differ from the database's", self.side_file)
                 return
         # Both reads in one snapshot, so each memory's attributes and `changed` belong together.
-        own = not db.in_transaction
-        if own:
-            db.execute("BEGIN")
-        try:
-            attrs = db.execute(
-                "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type "
-                "FROM engram_memories ORDER BY n"
-            ).fetchall()
-            pairs = db.execute("SELECT n, changed FROM engram_memories WHERE changed <= ?", (change,)).fetchall()
-        finally:
-            if own:
-                db.execute("COMMIT")
+        with store.snapshot():
+            attrs = store.memories.visibility_rows()
+            pairs = store.memories.changed_upto(change)
         cols = VisibilityColumns(max(1024, len(index)))  # rows never set stay archived: hidden
         mem = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
         at = np.fromiter((p[1] for p in pairs), dtype=np.int64, count=len(pairs))
@@ -248,10 +230,8 @@ class VectorChannel:
         self._seen, self._dirty, self._restored = change, 0, True
         # Memories at or below the saved counter that the file does not hold as they are now.
         stale = mem[~trusted].tolist()
-        for i in range(0, len(stale), _CHUNK):
-            chunk = stale[i : i + _CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            self._apply(db.execute(_ROWS + f"WHERE m.n IN ({marks})", (self.embedder.name, *chunk)).fetchall())
+        if stale:
+            self._apply(store.vectors.cache_rows_for(self.embedder.name, stale))
         if stale:
             log.debug("vector side file %s: %d memories read again", self.side_file, len(stale))
 
@@ -283,7 +263,7 @@ class VectorChannel:
         self._dirty = 0
 
     def mask(self, vis: Visibility) -> npt.NDArray[np.bool_]:
-        """The same predicate as `Visibility.sql`, over the cached attributes (a fresh array)."""
+        """The `Visibility` rule over the cached attributes (a fresh array)."""
         return self.cols.visible(vis, len(self.index))
 
     def search(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from engramdb.errors import InvalidAgentId
-from engramdb.scopes.policy import Namespace
+from engramdb.scopes.namespace import Namespace
 
 #: Lower case, digits and hyphens; no ``_``, so ``private_<id>_`` is never a prefix of another
 #: agent's namespace (``a`` vs ``a_b``), and case folding can never merge two agents.

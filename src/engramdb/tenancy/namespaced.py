@@ -27,10 +27,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engramdb.errors import NotFound, ValidationError
-from engramdb.memories.model import Confidentiality, Edge, EdgeType, Memory
-from engramdb.memories.store import Visibility, next_change
+from engramdb.memories import writing
+from engramdb.memories.model import Confidentiality, Edge, EdgeType, Memory, Visibility
 from engramdb.retrieval.results import Explanation, Recall
-from engramdb.storage.sqlite import translate
 from engramdb.tenancy.contract import (
     ALL_NAMESPACES,
     MemoryEntry,
@@ -54,8 +53,15 @@ class AgentSource(Protocol):
     `DynamicMemoryEngine` (tenants share one database) and `TenantFiles` (a database per tenant).
     """
 
-    def agent(self, agent_id: str, *, tenant: str = "default") -> Agent:
-        """The handle of `agent_id` in `tenant`."""
+    def agent(
+        self,
+        agent_id: str,
+        *,
+        tenant: str = "default",
+        cap: Confidentiality = Confidentiality.RESTRICTED,
+        floor: Confidentiality = Confidentiality.PUBLIC,
+    ) -> Agent:
+        """The handle of `agent_id` in `tenant`, reading up to `cap` and storing at `floor` or above."""
         ...
 
 
@@ -144,10 +150,9 @@ class NamespacedMemory:
         """
         if not isinstance(scope, TenantScope):
             raise ValidationError(f"scope must be a TenantScope, got {type(scope).__name__}")
-        handle = self.inner.agent(self.agent_name, tenant=scope.key)
-        handle.cap = self.cap
-        handle.floor = self.default_store_confidentiality
-        return handle
+        return self.inner.agent(
+            self.agent_name, tenant=scope.key, cap=self.cap, floor=self.default_store_confidentiality
+        )
 
     def _own(self, memory_id: object) -> str | None:
         """`memory_id` in full if it names one of this agent's memories, else None."""
@@ -192,7 +197,7 @@ class NamespacedMemory:
         if not isinstance(query, MemoryQuery):
             raise ValidationError(f"query must be a MemoryQuery, got {type(query).__name__}")
         handle = self.agent(scope)
-        recall, _ = handle.engine.recaller.run(
+        recall, _ = handle.runtime.recaller.run(
             query.text, vis=self.visibility(scope, query), k=query.k, hops=query.hops,
             types=None if query.types is None else frozenset(query.types), channel=query.channel,
             trace_ref=query.trace_ref, dry_run=False, when=query.when,
@@ -242,10 +247,9 @@ class NamespacedMemory:
             raise ValidationError(f"min_strength must be a number, got {min_strength!r}")
         age = seconds(min_age)
         handle = self.agent(scope)
-        now = handle.engine.clock()
-        where = "m.owner = :me AND m.type <> 'skill' AND m.strength < :strength AND :now - m.created_at > :age"
-        params = {"me": self.agent_name, "strength": float(min_strength), "now": now, "age": age}
-        return _retire(handle, self.visibility(scope), where, params)
+        return writing.retire_weak(
+            handle.runtime, handle.principal, self.visibility(scope), below_strength=float(min_strength), min_age=age
+        )
 
     # -- reads beyond the contract ----------------------------------------------------------
 
@@ -266,7 +270,7 @@ class NamespacedMemory:
         """
         handle = self.agent(scope)
         if isinstance(what, MemoryQuery):
-            _, explanation = handle.engine.recaller.run(
+            _, explanation = handle.runtime.recaller.run(
                 what.text, vis=self.visibility(scope, what), k=what.k, hops=what.hops,
                 types=None if what.types is None else frozenset(what.types), channel=what.channel,
                 trace_ref=None, dry_run=True, when=what.when,
@@ -300,46 +304,12 @@ def _forget(handle: Agent, memory_id: str) -> bool:
     return True
 
 
-def _retire(handle: Agent, vis: Visibility, where: str, params: dict[str, Any]) -> int:
-    """Archive the memories matching `where` among those `vis` shows, in one transaction; return how many.
-
-    The one place `prune` changes memories; point it at the engine's prune once that takes a
-    strength and an age.
-    """
-    engine = handle.engine
-    pred, vparams = vis.sql("m")
-    conn = engine.store.connection("engine")
-    with engine.store.atomic(conn), translate(conn):
-        db = conn.raw
-        ns = [
-            int(r[0])
-            for r in db.execute(
-                f"SELECT m.n FROM engram_memories m WHERE {pred} AND {where}",  # noqa: S608 - engine-built fragments, values bound
-                dict(vparams, **params),
-            )
-        ]
-        if ns:
-            change = next_change(db)
-            db.executemany(
-                "UPDATE engram_memories SET archived = 1, changed = ? WHERE n = ?", [(change, n) for n in ns]
-            )
-    return len(ns)
-
-
 def _redact(handle: Agent, explanation: Explanation, vis: Visibility) -> Explanation:
     """`explanation` without the hits and near misses `vis` does not show."""
     ids = [e.memory_id for e in (*explanation.hits, *explanation.near_misses)]
     if not ids:
         return explanation
-    pred, params = vis.sql("m")
-    marks = ",".join(f":i{i}" for i in range(len(ids)))
-    conn = handle.engine.store.connection("engine")
-    with translate(conn):
-        rows = conn.raw.execute(
-            f"SELECT m.id FROM engram_memories m WHERE m.id IN ({marks}) AND {pred}",  # noqa: S608 - engine-built fragments, values bound
-            dict(params, **{f"i{i}": v for i, v in enumerate(ids)}),
-        ).fetchall()
-    shown = {r[0] for r in rows}
+    shown = set(handle.runtime.store.memories.visible_ids(vis, sorted(set(ids))))
     return dataclasses.replace(
         explanation,
         hits=tuple(e for e in explanation.hits if e.memory_id in shown),
@@ -408,9 +378,16 @@ class TenantFiles:
                 engine = self._engines[tenant] = DynamicMemoryEngine(self.path_for(tenant), **self._options)
             return engine
 
-    def agent(self, agent_id: str, *, tenant: str = "default") -> Agent:
+    def agent(
+        self,
+        agent_id: str,
+        *,
+        tenant: str = "default",
+        cap: Confidentiality = Confidentiality.RESTRICTED,
+        floor: Confidentiality = Confidentiality.PUBLIC,
+    ) -> Agent:
         """The handle of `agent_id` in `tenant`, inside `tenant`'s own database."""
-        return self.engine(tenant).agent(agent_id, tenant=tenant)
+        return self.engine(tenant).agent(agent_id, tenant=tenant, cap=cap, floor=floor)
 
     def close(self) -> None:
         """Close every engine opened so far."""

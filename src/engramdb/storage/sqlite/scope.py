@@ -1,4 +1,4 @@
-"""`MemoryScope`: raw SQL inside one table namespace, enforced by SQLite's authorizer.
+"""`SqliteScope`: raw SQL inside one table namespace, enforced by SQLite's authorizer.
 
 A scope never rewrites SQL. It classifies the statement (one statement, DDL safelist), checks the
 names a ``CREATE`` would make, and lets SQLite prepare it under the namespace's authorizer, which
@@ -7,33 +7,21 @@ refuses any table outside the namespace before a single row is touched.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from engramdb.errors import ResourceLimitExceeded, ScopeViolation
+from engramdb.errors import ResourceLimitExceeded, ScopeViolation, SqlError
 from engramdb.scopes.classify import Kind, Statement, classify
-from engramdb.scopes.policy import Namespace
-from engramdb.storage.sqlite import Conn, convert, translate
+from engramdb.scopes.namespace import Namespace
+from engramdb.storage.ports import ExecResult, MemoryScope, Params, Row, RowVectorStore
+from engramdb.storage.sqlite.connection import Conn, SqliteStore, convert, translate
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
-    from engramdb.storage.sqlite import SqliteStore
 
-#: how many SQL texts one scope remembers as admitted (see `MemoryScope._plain`)
+#: how many SQL texts one scope remembers as admitted (see `SqliteScope._plain`)
 _PLAIN_CACHE = 1024
-
-Params: TypeAlias = Sequence[Any] | Mapping[str, Any] | None
-Row: TypeAlias = tuple[Any, ...]
-
-
-class ExecResult(NamedTuple):
-    """What `MemoryScope.execute` did: rows changed, the last inserted rowid, and any rows returned."""
-
-    rowcount: int
-    lastrowid: int | None
-    rows: list[Row]
 
 
 #: builds an `ExecResult` from a tuple without the Python frame of NamedTuple's ``__new__``
@@ -47,8 +35,9 @@ def _bare(name: str | None) -> str | None:
     return name
 
 
-class MemoryScope:
-    """Raw SQL over the tables of one namespace: ``shared_*`` or ``private_<agent>_*``.
+class SqliteScope(MemoryScope):
+    """Raw SQL over the tables of one namespace: ``shared_*`` or ``private_<agent>_*`` (the SQLite
+    `engramdb.storage.ports.MemoryScope`).
 
     Example::
 
@@ -62,9 +51,14 @@ class MemoryScope:
     """
 
     def __init__(
-        self, store: SqliteStore, namespace: Namespace, embedder: Callable[[], Embedder | None] = lambda: None
+        self,
+        store: SqliteStore,
+        namespace: Namespace,
+        row_vectors: RowVectorStore,
+        embedder: Callable[[], Embedder | None] = lambda: None,
     ) -> None:
         self._store = store
+        self._row_vectors = row_vectors
         self._namespace = namespace
         self._embedder = embedder
         self._role = f"scope:{namespace.label}"
@@ -82,26 +76,18 @@ class MemoryScope:
 
     @property
     def store(self) -> SqliteStore:
-        """The storage backend (engine-internal; not a public API)."""
+        """The connections of the SQLite file (engine-internal; not a public API)."""
         return self._store
+
+    @property
+    def row_vectors(self) -> RowVectorStore:
+        """Where retrievers keep row embeddings (engine-internal)."""
+        return self._row_vectors
 
     @property
     def embedder(self) -> Embedder | None:
         """The engine's embedder, or None when embeddings are off."""
         return self._embedder()
-
-    @property
-    def label(self) -> str:
-        """``"shared"`` or ``"private:<agent>"``."""
-        return self.namespace.label
-
-    @property
-    def prefix(self) -> str:
-        """The table-name prefix of this namespace, e.g. ``"shared_"``."""
-        return self.namespace.prefix
-
-    def __repr__(self) -> str:
-        return f"MemoryScope({self.label!r})"
 
     def _conn(self) -> Conn:
         return self._store.connection(self._role, self.namespace)
@@ -338,19 +324,20 @@ class MemoryScope:
         """True while this thread has a transaction open on this scope."""
         return self._conn().in_transaction
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[MemoryScope]:
-        """``with scope.transaction():`` — commit on success, roll back on any exception."""
-        self.begin()
-        try:
-            yield self
-        except BaseException:
-            self.rollback()
-            raise
-        self.commit()
-
     # -- catalog ------------------------------------------------------------------------------
 
     def list_tables(self) -> list[str]:
         """The tables of this namespace only, sorted by name."""
         return [name for name in self._store.table_names() if self.namespace.owns(name)]
+
+    def columns(self, table: str) -> list[str]:
+        """The column names of this namespace's `table`, in order; `SqlError` when there is no such
+        table (said alike for a foreign table, which this scope may not read)."""
+        rows: list[Any] = []
+        if self.namespace.owns(table):
+            conn = self._store.connection("engine")
+            with translate(conn):
+                rows = conn.raw.execute("SELECT name FROM pragma_table_info(?)", (table,)).fetchall()
+        if not rows:
+            raise SqlError(f"no such table: {table}")
+        return [str(r[0]) for r in rows]

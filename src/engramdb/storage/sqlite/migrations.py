@@ -1,4 +1,11 @@
-"""The engine-owned tables of typed memories (migration 4 on). No scope SQL can name them.
+"""The SQLite schema of the engine's own tables: named, ordered, append-only migrations.
+
+Each migration runs once, inside one transaction with its record in ``engram_migrations``. A file
+whose recorded schema version is newer than the code refuses to open (`SchemaVersionError`) rather
+than be misread. Append new migrations at the end; never edit, rename or reorder an applied one
+(``tests/unit/test_migrations.py`` holds the names and order of every released one).
+
+What the tables hold:
 
 - ``engram_memories``: one row per memory (``n`` is the internal integer key, ``id`` the public one);
   ``terms`` holds the distinct stems of title, content and tags, computed once at write time for
@@ -20,9 +27,43 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from engramdb.storage.migrations import Migration, register
+from engramdb.errors import SchemaVersionError
+from engramdb.retrieval.keywords import cue_terms
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[sqlite3.Connection], None]
+
+
+def _m0001_meta(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS engram_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
+def _m0002_row_vectors(db: sqlite3.Connection) -> None:
+    # Embeddings of scope-table rows for the retriever's semantic ranking. The vectors are the
+    # truth; the in-memory search matrix is rebuilt from them.
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS engram_row_vectors (
+            tbl TEXT NOT NULL, col TEXT NOT NULL, row_id INTEGER NOT NULL,
+            digest BLOB NOT NULL, model TEXT NOT NULL, vec BLOB NOT NULL,
+            PRIMARY KEY (tbl, col, row_id)) WITHOUT ROWID"""
+    )
+
+
+def _m0003_sequence(db: sqlite3.Connection) -> None:
+    # The first AUTOINCREMENT table makes SQLite create sqlite_sequence, a catalog shared by every
+    # namespace that no scope may touch. Creating it here, once, means a scope's AUTOINCREMENT
+    # table never has to, and whether it exists says nothing about other namespaces.
+    db.execute("CREATE TABLE IF NOT EXISTS engram_autoincrement (id INTEGER PRIMARY KEY AUTOINCREMENT)")
+
 
 # The FTS5 index of migrations 4 and 6 (dropped by 7; the spec is kept so old files replay).
 FTS_SPEC = "fts5(title, content, tags, content='engram_memories', content_rowid='n', tokenize='porter unicode61 remove_diacritics 2')"
@@ -104,9 +145,6 @@ def _m0004_memories(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-register(Migration(4, "memories", _m0004_memories))
-
-
 def _m0005_tombstones(db: sqlite3.Connection) -> None:
     db.execute(
         """CREATE TABLE engram_tombstones (
@@ -114,9 +152,6 @@ def _m0005_tombstones(db: sqlite3.Connection) -> None:
             content_hash TEXT NOT NULL, forgotten_by TEXT NOT NULL, forgotten_at REAL NOT NULL, reason TEXT NOT NULL)"""
     )
     db.execute("CREATE INDEX engram_tombstones_hash ON engram_tombstones (tenant, owner, content_hash)")
-
-
-register(Migration(5, "tombstones", _m0005_tombstones))
 
 
 def _m0006_fts_per_tenant(db: sqlite3.Connection) -> None:
@@ -140,9 +175,6 @@ def _m0006_fts_per_tenant(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE engram_fts")
 
 
-register(Migration(6, "fts_per_tenant", _m0006_fts_per_tenant))
-
-
 def _m0007_drop_fts(db: sqlite3.Connection) -> None:
     # Lexical candidates come from an in-memory BM25 index over `terms` (retrieval/lexical_channel.py):
     # FTS5's OR query scores every matching row (no top-k pruning; 15.5 ms p50 at 100k memories,
@@ -152,23 +184,15 @@ def _m0007_drop_fts(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE engram_fts_tenants")
 
 
-register(Migration(7, "drop_fts", _m0007_drop_fts))
-
-
 def _m0008_instance_id(db: sqlite3.Connection) -> None:
     # The identity of this database for caches kept beside it (retrieval/vector_channel.py): random,
     # never changed. A copy of the file keeps it; a new database at the same path gets a new one.
     db.execute("INSERT OR IGNORE INTO engram_meta (key, value) VALUES ('instance_id', ?)", (uuid.uuid4().hex,))
 
 
-register(Migration(8, "instance_id", _m0008_instance_id))
-
-
 def _m0009_snowball_terms(db: sqlite3.Connection) -> None:
     # Terms become Snowball (Porter2) stems (retrieval/keywords.py): re-stem every stored memory so
     # old and new rows match the same queries. Bumping `changed` makes every cache reload them.
-    from engramdb.retrieval.keywords import cue_terms
-
     change = int(db.execute("SELECT value FROM engram_counters WHERE name = 'memories'").fetchone()[0]) + 1
     db.execute("UPDATE engram_counters SET value = ? WHERE name = 'memories'", (change,))
     rows = db.execute("SELECT n, title, content, tags FROM engram_memories WHERE content <> ''").fetchall()
@@ -181,4 +205,43 @@ def _m0009_snowball_terms(db: sqlite3.Connection) -> None:
     )
 
 
-register(Migration(9, "snowball_terms", _m0009_snowball_terms))
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "meta", _m0001_meta),
+    Migration(2, "row_vectors", _m0002_row_vectors),
+    Migration(3, "sqlite_sequence", _m0003_sequence),
+    Migration(4, "memories", _m0004_memories),
+    Migration(5, "tombstones", _m0005_tombstones),
+    Migration(6, "fts_per_tenant", _m0006_fts_per_tenant),
+    Migration(7, "drop_fts", _m0007_drop_fts),
+    Migration(8, "instance_id", _m0008_instance_id),
+    Migration(9, "snowball_terms", _m0009_snowball_terms),
+)
+
+
+def code_version() -> int:
+    return MIGRATIONS[-1].version
+
+
+def migrate(db: sqlite3.Connection, now: Callable[[], float] = time.time) -> int:
+    """Bring the file up to this code's schema version; return the version in force."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS engram_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        row = db.execute("SELECT max(version) FROM engram_migrations").fetchone()
+        current = int(row[0] or 0)
+        if current > code_version():
+            raise SchemaVersionError(
+                f"this database has schema version {current}, newer than this engramdb knows ({code_version()}); "
+                "upgrade engramdb to open it"
+            )
+        for m in MIGRATIONS:
+            if m.version > current:
+                m.apply(db)
+                db.execute("INSERT INTO engram_migrations VALUES (?, ?, ?)", (m.version, m.name, now()))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return code_version()

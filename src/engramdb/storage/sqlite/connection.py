@@ -13,6 +13,7 @@ transactions start with ``BEGIN IMMEDIATE`` so that they never fail half-way on 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -21,10 +22,10 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from engramdb.errors import (
     BackendError,
@@ -35,7 +36,8 @@ from engramdb.errors import (
     SqlError,
     TransactionError,
 )
-from engramdb.scopes.policy import Namespace, Policy
+from engramdb.scopes.namespace import Namespace
+from engramdb.storage.sqlite.authorizer import Policy
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -421,3 +423,21 @@ def translate(conn: Conn | None = None) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise convert(exc, conn) from None
+
+
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def translated(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
+    """Decorate an engine-side adapter method: driver exceptions leave it as engramdb errors."""
+
+    @functools.wraps(method)
+    def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise convert(exc, None) from None
+
+    return wrapper

@@ -1,4 +1,4 @@
-"""Cross-process advisory locks on small files beside the database (one reflection run per tenant).
+"""Cross-process advisory locks on small files beside the SQLite file (one reflection run per tenant).
 
 The OS releases a lock when its process dies, so a crash never leaves a stale lock.
 """
@@ -51,7 +51,7 @@ def lock_path(db_path: Path, tenant: str) -> Path:
 
 
 @contextlib.contextmanager
-def _tenant_lock(db_path: Path, tenant: str, holder: str) -> Iterator[None]:
+def tenant_lock(db_path: Path, tenant: str, holder: str) -> Iterator[None]:
     path = lock_path(db_path, tenant)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:

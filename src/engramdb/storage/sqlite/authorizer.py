@@ -17,12 +17,11 @@ would reveal whether (and how) a foreign object exists.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from engramdb.scopes.classify import Kind
+from engramdb.scopes.namespace import RESERVED_PREFIXES, Namespace, ascii_lower
 
 # Action codes from sqlite3.h (the module exposes them, but the numbers keep the table readable).
 _CREATE_INDEX, _CREATE_TABLE, _DELETE, _INSERT, _PRAGMA, _READ, _SELECT = 1, 2, 9, 18, 19, 20, 21
@@ -30,13 +29,8 @@ _TRANSACTION, _UPDATE, _ALTER_TABLE, _REINDEX, _FUNCTION, _SAVEPOINT, _RECURSIVE
 
 _OK, _DENY = sqlite3.SQLITE_OK, sqlite3.SQLITE_DENY
 
-#: Engine-owned tables start with this prefix; no scope may name them.
-ENGINE_PREFIX = "engram_"
-
-_RESERVED_PREFIXES = ("shared_", "private_", ENGINE_PREFIX, "sqlite_")
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema"})
 _TABLE_VALUED = frozenset({"json_each", "json_tree"})
-_NAME_RE = re.compile(r"[a-z0-9_-]+\Z")
 
 #: Scalar, aggregate, window, date and JSON functions a scope may call. Absent on purpose:
 #: load_extension, fts3_tokenizer, sqlite_compileoption_*, sqlite_offset, and anything unknown.
@@ -168,43 +162,6 @@ ALLOWED_FUNCTIONS = frozenset(
 )
 
 
-def ascii_lower(name: str) -> str:
-    """Fold ASCII letters only, as SQLite does for identifiers (``'K'`` (Kelvin) stays as it is)."""
-    return name.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
-
-
-@dataclass(frozen=True, slots=True)
-class Namespace:
-    """A table namespace: ``shared`` or ``private:<agent>``, with its table-name prefix."""
-
-    label: str  # "shared" or "private:researcher"
-    prefix: str  # "shared_" or "private_researcher_"
-
-    def owns(self, name: str | None) -> bool:
-        """True if `name` is a table or index name inside this namespace (ASCII case-insensitive)."""
-        if not name:
-            return False
-        folded = ascii_lower(name)
-        return folded.startswith(self.prefix) and len(folded) > len(self.prefix) and _NAME_RE.match(folded) is not None
-
-    def may_name_index(self, name: str) -> bool:
-        """Index names share one database-wide namespace, so they must not collide across scopes.
-
-        A private scope's indexes carry its own prefix. The shared scope may also use unprefixed
-        names (spec 000's ``idx_notes_ts``), but never another namespace's or a reserved prefix.
-        """
-        if self.owns(name):
-            return True
-        if self.prefix != "shared_":
-            return False
-        folded = ascii_lower(name)
-        reserved = ("private_", ENGINE_PREFIX, "sqlite_")
-        return _NAME_RE.match(folded) is not None and not folded.startswith(reserved)
-
-    def rule(self) -> str:
-        return f"scope '{self.label}' may only use tables named {self.prefix}<name> (ASCII letters, digits, _ and -)"
-
-
 class Policy:
     """Authorizer state for one connection of one namespace.
 
@@ -304,7 +261,7 @@ class Policy:
         no column, exactly as it does for a real table. An alias is allowed when it cannot be a
         real table outside the namespace: no namespace or reserved prefix (judged by name alone,
         so the answer never depends on whether a foreign table exists) and no such table."""
-        if ascii_lower(name).startswith(_RESERVED_PREFIXES):
+        if ascii_lower(name).startswith(RESERVED_PREFIXES):
             return False
         return not self._table_exists(name)
 

@@ -1,0 +1,55 @@
+"""Logging accesses: every access is a record in the stream; deliberate ones also reinforce.
+
+A deliberate access (recalled, searched, fetched, reinforced on write) moves the memory's access
+ring — the newest `ScoringConfig.ring_size` times exactly, the older ones folded into a count and
+their newest and oldest times for Petrov's approximation — and adds to its strength. Injected and
+reflected accesses are logged but never reinforce: what the harness chose to show must not count
+as use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from engramdb.memories.model import Channel
+from engramdb.memories.text import pack_times, unpack_times
+from engramdb.storage.ports import AccessUpdate, Backend, Touch
+
+#: deliberate channels that also add one to a memory's strength
+_BUMPS = frozenset({Channel.RECALLED, Channel.SEARCHED, Channel.DEREF, Channel.REINFORCED})
+
+
+def log_accesses(
+    store: Backend,
+    touches: Iterable[Touch],
+    *,
+    now: float,
+    tenant: str,
+    reader: str,
+    ring_size: int,
+    query: str | None = None,
+    trace_ref: str | None = None,
+    recall_id: str | None = None,
+) -> None:
+    """Append `touches` to the access stream and reinforce the deliberate ones (call inside
+    `Backend.atomic`, so the record and the reinforcement go together)."""
+    touches = list(touches)
+    store.accesses.append(
+        touches, now=now, tenant=tenant, reader=reader, query=query, trace_ref=trace_ref, recall_id=recall_id
+    )
+    deliberate = [t.key for t in touches if t.channel.deliberate]
+    if not deliberate:
+        return
+    bumps = {t.key for t in touches if t.channel in _BUMPS}
+    rows = store.memories.access_state(deliberate)
+    change = store.changes.next()
+    updates: list[AccessUpdate] = []
+    for n, ring, old_count, old_newest, old_oldest in rows:
+        times = [*unpack_times(ring), now]
+        while len(times) > ring_size:
+            evicted = times.pop(0)
+            old_count += 1
+            old_newest = evicted if old_newest is None else max(old_newest, evicted)
+            old_oldest = evicted if old_oldest is None else min(old_oldest, evicted)
+        updates.append((pack_times(times), old_count, old_newest, old_oldest, now, 1 if n in bumps else 0, n))
+    store.memories.set_access_state(updates, change)

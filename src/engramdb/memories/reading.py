@@ -1,0 +1,178 @@
+"""Reading memories: by id, listings, edges, history, the access stream, export, and replaying a
+recall for `explain`. Everything is read as the `Principal` sees it, through the storage ports."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import TypedDict, cast
+
+from engramdb.errors import ValidationError
+from engramdb.memories import model as mm
+from engramdb.memories.access import log_accesses
+from engramdb.memories.model import (
+    AccessRecord,
+    Channel,
+    Confidentiality,
+    Edge,
+    EdgeType,
+    Memory,
+    MemoryType,
+    MemoryVersion,
+    Principal,
+    TodoStatus,
+)
+from engramdb.memories.runtime import Runtime
+from engramdb.memories.writing import visible
+from engramdb.observability.stats import Stats, compute_stats
+from engramdb.retrieval.recall import explained_from_json
+from engramdb.retrieval.results import Explanation
+from engramdb.storage.ports import Touch
+
+
+class EdgeRecord(TypedDict):
+    """An edge as `Agent.export` gives it."""
+
+    source: str
+    target: str
+    type: EdgeType
+    weight: float
+    created_at: float
+
+
+class MemoryRecord(TypedDict):
+    """A memory as `Agent.export` gives it: its fields (`Memory`) and its outgoing edges."""
+
+    id: str
+    tenant: str
+    owner: str
+    author: str
+    type: MemoryType
+    title: str
+    content: str
+    tags: tuple[str, ...]
+    entities: tuple[str, ...]
+    n_chars: int
+    n_tokens: int
+    n_sentences: int
+    importance: float
+    salience: float
+    confidence: float
+    strength: int
+    confidentiality: Confidentiality
+    created_at: float
+    recorded_at: float
+    valid_from: float | None
+    valid_to: float | None
+    archived: bool
+    status: TodoStatus | None
+    refs: tuple[dict[str, object], ...]
+    version: int
+    last_access: float | None
+    access_count: int
+    retention: float | None
+    prune_at: float | None
+    edges: list[EdgeRecord]
+
+
+def check_types(types: Iterable[MemoryType | str] | None) -> frozenset[MemoryType] | None:
+    """The memory types asked for (a single one may be given as a str); `ValidationError` for an unknown one."""
+    if types is None:
+        return None
+    if isinstance(types, str):
+        types = [types]
+    return frozenset(mm.check_type(t) for t in types)
+
+
+def get(rt: Runtime, who: Principal, memory_id: str, *, touch: bool = True) -> Memory:
+    """The memory if `who` may see it, else `NotFound`; a deliberate read (``deref``) unless not `touch`."""
+    found = visible(rt, who, memory_id)
+    if not touch:
+        return rt.annotate(found.memory)
+    store = rt.store
+    with store.atomic():
+        log_accesses(
+            store, [Touch(found.key, Channel.DEREF)], now=rt.clock(), tenant=who.tenant, reader=who.agent_id,
+            ring_size=rt.scoring.ring_size,
+        )  # fmt: skip
+    return rt.annotate(visible(rt, who, memory_id).memory)
+
+
+def memories(
+    rt: Runtime, who: Principal, *, types: Iterable[MemoryType | str] | None = None, include_archived: bool = False
+) -> list[Memory]:
+    """Every memory `who` can see, oldest first (no access is logged); forgotten husks never listed."""
+    wanted = check_types(types)
+    rows = rt.store.memories.listing(who.visibility(include_archived=include_archived))
+    now = rt.clock()
+    out = [rt.annotate(m, now) for m in rows]
+    return [m for m in out if wanted is None or m.type in wanted]
+
+
+def edges(rt: Runtime, who: Principal, memory_id: str) -> list[Edge]:
+    """The edges touching a memory whose other end `who` can also see."""
+    key = visible(rt, who, memory_id).key
+    return rt.store.edges.touching(who.visibility(include_archived=True), key)
+
+
+def history(rt: Runtime, who: Principal, memory_id: str) -> list[MemoryVersion]:
+    """Earlier versions of a memory, oldest first."""
+    return rt.store.versions.history(visible(rt, who, memory_id).key)
+
+
+def accesses(rt: Runtime, who: Principal, memory_id: str) -> list[AccessRecord]:
+    """The access stream of a memory, oldest first; others' query texts and trace references withheld."""
+    key = visible(rt, who, memory_id).key
+    records = rt.store.accesses.records(key)
+    return [r if r.reader == who.agent_id else dataclasses.replace(r, query=None, trace_ref=None) for r in records]
+
+
+def stats(rt: Runtime, who: Principal) -> Stats:
+    """Usage statistics over the memories `who` can see."""
+    return compute_stats(rt.store, who.visibility(include_archived=True))
+
+
+def export(rt: Runtime, who: Principal, *, include_archived: bool = False) -> list[MemoryRecord]:
+    """Every memory `who` can see as JSON-ready dicts, with the edges whose both ends it sees."""
+    out = []
+    for m in memories(rt, who, include_archived=include_archived):
+        record = dataclasses.asdict(m)
+        for private in ("recent_accesses", "older_count", "older_newest", "older_oldest"):
+            record.pop(private)
+        record["edges"] = [dataclasses.asdict(e) for e in edges(rt, who, m.id) if e.source == m.id]
+        out.append(cast(MemoryRecord, record))
+    return out
+
+
+def replay(rt: Runtime, who: Principal, recall_id: str) -> Explanation | None:
+    """The explanation of recall `recall_id` made by `who`, or None when there is none.
+
+    Only what `who` may see now is named: a recall made under a higher cap (or before a memory
+    was forgotten or hidden) must not name it to a handle that cannot see it.
+    """
+    record = rt.store.recalls.get(who.tenant, who.agent_id, recall_id)
+    if record is None:
+        return None
+    params = record.params
+    hits = [explained_from_json(h) for h in params["hits"]]
+    near = [explained_from_json(h) for h in record.near_misses]
+    ids = sorted({e.memory_id for e in (*hits, *near)})
+    shown = set(rt.store.memories.visible_ids(who.visibility(include_archived=True), ids)) if ids else set()
+    return Explanation(
+        recall_id=recall_id,
+        query=record.query,
+        reader=who.agent_id,
+        ts=record.ts,
+        k=params["k"],
+        hops=params["hops"],
+        hits=tuple(e for e in hits if e.memory_id in shown),
+        near_misses=tuple(e for e in near if e.memory_id in shown),
+        weights=params["weights"],
+    )
+
+
+def check_k(k: object, hops: object) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
+        raise ValidationError(f"k must be an integer from 1 to 1000, got {k!r}")
+    if isinstance(hops, bool) or not isinstance(hops, int) or not 0 <= hops <= 5:
+        raise ValidationError(f"hops must be an integer from 0 to 5, got {hops!r}")

@@ -1,0 +1,175 @@
+"""What the services of one engine share: the store's ports, the clock, the constants and the
+in-memory caches (candidate channels, embedder), made on first use.
+
+Services take a `Runtime` and a `Principal` (or an `Acting` object that carries both, such as an
+agent handle); they never take a connection, and they reach storage only through
+`engramdb.storage.ports`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from engramdb.errors import MissingExtra
+from engramdb.memories.forgetting import ForgettingPolicy, with_lifecycle
+from engramdb.memories.model import Memory, Principal
+from engramdb.memories.resolvers import ReferenceResolvers
+from engramdb.memories.scoring import ScoringConfig
+from engramdb.retrieval.lexical_channel import LexicalChannel
+from engramdb.retrieval.recall import Recaller
+
+if TYPE_CHECKING:
+    from engramdb.embeddings.base import Embedder
+    from engramdb.retrieval.vector_channel import VectorChannel
+    from engramdb.storage.ports import Backend
+    from engramdb.vectors.base import VectorIndex
+
+Clock = Callable[[], float]
+#: how typed memories are embedded: "default" (the shipped static model), an embedder, or None
+EmbedderChoice = "Embedder | str | None"
+#: which vector index backs the vector channel: "auto", "exact", "ann", or a factory by dimension
+IndexChoice = "str | Callable[[int], VectorIndex]"
+
+
+def default_embedder() -> Embedder:
+    """The offline static embedder shipped in the wheel (`MissingExtra` when numpy is absent)."""
+    try:
+        from engramdb.embeddings.static import default_embedder as make
+    except ImportError:
+        raise MissingExtra("enable_embeddings=True", "memory") from None
+    return make()
+
+
+class Runtime:
+    """The ports, settings and caches every service of one engine uses (engine-internal).
+
+    The embedder and the candidate channels are made on first use, so that an engine used only
+    for tables never loads the embedding model.
+    """
+
+    def __init__(
+        self,
+        store: Backend,
+        *,
+        clock: Clock,
+        scoring: ScoringConfig,
+        forgetting: ForgettingPolicy,
+        dedup_threshold: float,
+        memory_embedder: Embedder | str | None,
+        fallback_embedder: Embedder | None,
+        vector_index: str | Callable[[int], VectorIndex],
+        vector_file: bool,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.scoring = scoring
+        self.forgetting = forgetting
+        #: a new memory this close (cosine) to a visible one of the same type and owner reinforces it instead
+        self.dedup_threshold = dedup_threshold
+        #: resolvers of memory references by kind, called at recall time
+        self.resolvers = ReferenceResolvers()
+        self._choice = memory_embedder
+        self._fallback = fallback_embedder
+        self._vector_index = vector_index
+        self._vector_file = vector_file
+        self._lock = threading.Lock()
+        self._parts: tuple[Embedder | None, VectorChannel | None, Recaller] | None = None
+
+    # -- parts made on first use ----------------------------------------------------------------
+
+    def _memory(self) -> tuple[Embedder | None, VectorChannel | None, Recaller]:
+        parts = self._parts
+        if parts is not None:
+            return parts
+        with self._lock:
+            if self._parts is None:
+                embedder: Embedder | None
+                if isinstance(self._choice, str):
+                    try:
+                        embedder = self._fallback or default_embedder()
+                    except MissingExtra:
+                        embedder = None  # lexical-only recall without the memory extra
+                else:
+                    embedder = self._choice
+                channel = None
+                if embedder is not None:
+                    from engramdb.retrieval.vector_channel import VectorChannel
+
+                    database = self.store.cache_file if self._vector_file else None
+                    channel = VectorChannel(embedder, self._make_index(embedder.dim), database=database)
+                recaller = Recaller(self.store, self.clock, self.scoring, embedder, channel, LexicalChannel())
+                recaller.annotate = self.annotate
+                self._parts = (embedder, channel, recaller)
+            return self._parts
+
+    def _make_index(self, dim: int) -> VectorIndex | None:
+        if callable(self._vector_index):
+            return self._vector_index(dim)
+        if self._vector_index == "exact":
+            return None
+        from engramdb.vectors import ann
+
+        if self._vector_index == "auto" and not ann.faiss_available():
+            return None
+        return ann.AnnIndex(dim)
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder of typed memories, or None for lexical-only recall."""
+        return self._memory()[0]
+
+    @property
+    def vectors(self) -> VectorChannel | None:
+        """The in-memory vector cache of memories, or None without an embedder."""
+        return self._memory()[1]
+
+    @property
+    def recaller(self) -> Recaller:
+        """The recall pipeline."""
+        return self._memory()[2]
+
+    @property
+    def started(self) -> bool:
+        """True once the embedder and channels were made."""
+        return self._parts is not None
+
+    # -- small shared rules ----------------------------------------------------------------------
+
+    def annotate(self, memory: Memory, now: float | None = None) -> Memory:
+        """`memory` with its read-time retention and projected prune time."""
+        return with_lifecycle(memory, self.clock() if now is None else now, self.forgetting)
+
+    def drop_vector_file(self) -> None:
+        """Delete the vector side file, if any (it is only a cache), so that a forgotten memory's
+        vector does not outlive it on disk; the next save writes one without it."""
+        if not self._vector_file or self.store.cache_file is None:
+            return
+        embedder = self.embedder
+        if embedder is None:
+            return
+        from engramdb.retrieval.vector_file import side_file_for
+
+        with contextlib.suppress(FileNotFoundError):
+            side_file_for(self.store.cache_file, embedder.name).unlink()
+
+    def close(self) -> None:
+        """Save the vector side file when enough changed, then close the store."""
+        parts = self._parts
+        try:
+            if parts is not None and parts[1] is not None:
+                parts[1].save_if_changed(self.store)
+        finally:
+            self.store.close()
+
+
+class Acting(Protocol):
+    """Anything that acts in the engine: a runtime and the principal it acts as (an agent handle)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def principal(self) -> Principal: ...

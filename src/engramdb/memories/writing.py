@@ -1,0 +1,449 @@
+"""Writing memories: remember (with dedup and tombstones), update, link, supersede, forget, prune.
+
+Every function takes the engine's `Runtime` and the `Principal` that acts, validates what it is
+given (a `ValidationError` changes nothing), and writes through the storage ports inside one unit
+of work. What a principal may write: its own memories and the tenant's shared ones, visible
+under its cap; any other id answers `NotFound`, exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypedDict
+
+from engramdb.errors import Forgotten, NotFound, ValidationError
+from engramdb.memories import model as mm
+from engramdb.memories.access import log_accesses
+from engramdb.memories.forgetting import prunable
+from engramdb.memories.model import (
+    Channel,
+    Confidentiality,
+    Edge,
+    EdgeType,
+    Memory,
+    MemoryRef,
+    MemoryType,
+    MemoryVersion,
+    Principal,
+    Tombstone,
+)
+from engramdb.memories.runtime import Runtime
+from engramdb.memories.text import content_hash, pack_times, says_nothing_new
+from engramdb.memories.triggers import TRIGGER_KIND, parse_trigger
+from engramdb.retrieval.budget import approx_tokens
+from engramdb.retrieval.keywords import cue_terms
+from engramdb.storage.ports import ContentChange, NewMemory, RecallRecord, Stored, Touch
+
+
+class MemoryFields(TypedDict, total=False):
+    """The fields of one memory to remember (`Agent.remember_many`); only ``content`` is required.
+
+    See `Agent.remember` for what each means and its default.
+    """
+
+    content: str
+    type: MemoryType | str
+    importance: float
+    salience: float
+    confidence: float
+    tags: Iterable[str] | None
+    entities: Iterable[str] | None
+    title: str
+    refs: Iterable[MemoryRef] | None
+    valid_from: float | None
+    valid_to: float | None
+    shared: bool
+    status: str | None
+    created_at: float | None
+    confidentiality: Confidentiality | int | None
+
+
+_KNOWN = frozenset(MemoryFields.__annotations__)
+
+
+def not_found(who: Principal, memory_id: object) -> NotFound:
+    """The one answer for an id that is missing, invisible, or not the principal's to write."""
+    return NotFound(f"no memory {memory_id!r} is visible to agent {who.agent_id}")
+
+
+def visible(rt: Runtime, who: Principal, memory_id: object, *, archived: bool = True) -> Stored:
+    """The memory `memory_id` as `who` sees it (archived ones too, with `archived`), else `NotFound`."""
+    if not isinstance(memory_id, str):
+        raise not_found(who, memory_id)
+    found = rt.store.memories.get(who.visibility(include_archived=archived), memory_id)
+    if found is None:
+        raise not_found(who, memory_id)
+    return found
+
+
+def check_level(value: object) -> Confidentiality:
+    try:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError
+        return Confidentiality(value)
+    except ValueError:
+        raise ValidationError(f"unknown confidentiality level {value!r}; use 0–3 or a Confidentiality") from None
+
+
+# -- remember ------------------------------------------------------------------------------------
+
+
+def _prepare(who: Principal, item: Mapping[str, Any], now: float) -> dict[str, Any]:
+    if not isinstance(item, Mapping):
+        raise ValidationError(f"each memory must be a mapping of fields, got {type(item).__name__}")
+    unknown = set(item) - _KNOWN
+    if unknown:
+        raise ValidationError(f"unknown memory field(s): {', '.join(sorted(unknown))}")
+    content = mm.check_content(item.get("content"))
+    mtype = mm.check_type(item.get("type", MemoryType.INFO))
+    imp, sal, conf = mm.check_scores(
+        item.get("importance", 5.0), item.get("salience", 0.0), item.get("confidence", 1.0)
+    )
+    status = mm.check_status(mtype, item.get("status"))
+    vfrom, vto = mm.check_validity(item.get("valid_from"), item.get("valid_to"))
+    title = item.get("title") or ""
+    if not isinstance(title, str):
+        raise ValidationError(f"title must be a str, got {type(title).__name__}")
+    refs = tuple(item.get("refs") or ())
+    if any(not isinstance(r, MemoryRef) for r in refs):
+        raise ValidationError("refs must be MemoryRef values")
+    if any(r.kind == TRIGGER_KIND for r in refs):
+        if mtype is not MemoryType.INTENT:
+            raise ValidationError("a trigger belongs on an intent memory")
+        for r in refs:
+            if r.kind == TRIGGER_KIND:
+                parse_trigger(r.key)
+    created = item.get("created_at")
+    if created is None:
+        created = now
+    elif isinstance(created, bool) or not isinstance(created, (int, float)):
+        raise ValidationError(f"created_at must be epoch seconds, got {created!r}")
+    level = item.get("confidentiality")
+    level = who.floor if level is None else check_level(level)
+    return {
+        "content": content,
+        "type": mtype,
+        "scores": (imp, sal, conf),
+        "status": status,
+        "validity": (vfrom, vto),
+        "title": title,
+        "tags": mm.check_labels("tags", item.get("tags")),
+        "entities": mm.check_labels("entities", item.get("entities")),
+        "refs": refs,
+        "owner": "" if item.get("shared") else who.agent_id,
+        "created_at": float(created),
+        "level": max(level, who.floor),
+        "hash": content_hash(content),
+    }
+
+
+def remember_many(
+    rt: Runtime, who: Principal, items: Iterable[Mapping[str, Any]], *, dedup: bool = True, force: bool = False
+) -> list[Memory]:
+    """Store many memories in one transaction (all or nothing); see `Agent.remember_many`."""
+    now = rt.clock()
+    prepared = [_prepare(who, item, now) for item in items]
+    if not prepared:
+        return []
+    embedder = rt.embedder
+    vectors = (
+        embedder.embed([p["content"] if not p["title"] else f"{p['title']}. {p['content']}" for p in prepared])
+        if embedder
+        else None
+    )
+    store = rt.store
+    if not force:
+        _refuse_forgotten(rt, who, prepared)
+    reinforced = _duplicates(rt, who, prepared, vectors) if dedup and vectors is not None else {}
+    if not reinforced:
+        return _insert(rt, who, prepared, vectors, now)
+    with store.atomic():
+        log_accesses(
+            store, [Touch(n, Channel.REINFORCED) for n in set(reinforced.values())], now=now, tenant=who.tenant,
+            reader=who.agent_id, ring_size=rt.scoring.ring_size,
+        )  # fmt: skip
+    kept = [i for i in range(len(prepared)) if i not in reinforced]
+    fresh = (
+        _insert(rt, who, [prepared[i] for i in kept], None if vectors is None else vectors[kept], now) if kept else []
+    )
+    by_index = dict(zip(kept, fresh, strict=True))
+    again = {}
+    for n in set(reinforced.values()):
+        found = store.memories.get_key(n)
+        assert found is not None
+        again[n] = rt.annotate(found.memory)
+    return [by_index[i] if i in by_index else again[reinforced[i]] for i in range(len(prepared))]
+
+
+def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> None:
+    stones = rt.store.tombstones.find(who.tenant, [p["owner"] for p in prepared], [p["hash"] for p in prepared])
+    for p in prepared:
+        stone = stones.get((p["owner"], p["hash"]))
+        if stone is not None:
+            raise Forgotten(
+                f"this content was forgotten by {stone.forgotten_by} (memory {stone.memory_id}, reason: "
+                f"{stone.reason or 'none given'}); pass force=True to store it again",
+                stone,
+            )
+
+
+def _duplicates(rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any) -> dict[int, int]:
+    """{item index: key of the visible memory it duplicates} (same type, owner, tenant; level ≥ the item's)."""
+    channel = rt.vectors
+    if channel is None:
+        return {}
+    channel.refresh(rt.store)
+    filters = [(p["type"].value, p["owner"], int(p["level"])) for p in prepared]
+    vis = who.visibility()
+    if len(prepared) <= 4 or channel.approximate:
+        # A few items, or a trained IVF: one filtered k-NN each, without a full scan (at 1M
+        # memories a block product costs ~11 ms per item, an IVF search ~3 ms).
+        nearest: list[tuple[int, float] | None] = []
+        for i, (mtype, owner, level) in enumerate(filters):
+            hit = channel.search(vectors[i], 1, vis, types=frozenset({mtype}), owner=owner, min_level=level)
+            nearest.append(next(iter(hit.items()), None))
+    else:
+        nearest = channel.best_matches(vectors, vis, filters)  # one matrix product for the batch
+    candidates = {
+        i: best
+        for i, best in enumerate(nearest)
+        if best is not None
+        and best[1] >= rt.dedup_threshold
+        # A todo or an intent is a commitment: stating it again is a new one (the old may be done).
+        and prepared[i]["type"] not in (MemoryType.TODO, MemoryType.INTENT)
+    }
+    if not candidates:
+        return {}
+    texts = rt.store.memories.contents(sorted({n for n, _ in candidates.values()}))
+    return {
+        i: n for i, (n, _cos) in candidates.items() if n in texts and says_nothing_new(prepared[i]["content"], texts[n])
+    }
+
+
+def _insert(rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float) -> list[Memory]:
+    embedder = rt.embedder
+    store = rt.store
+    ring = pack_times([now])  # creation is the first deliberate access
+    out: list[Memory] = []
+    items: list[NewMemory] = []
+    for p in prepared:
+        memory = Memory(
+            id=f"{who.agent_id}:{secrets.token_hex(8)}", tenant=who.tenant, owner=p["owner"], author=who.agent_id,
+            type=p["type"], title=p["title"], content=p["content"], tags=p["tags"], entities=p["entities"],
+            n_chars=len(p["content"]), n_tokens=approx_tokens(p["content"]), n_sentences=mm.count_sentences(p["content"]),
+            importance=p["scores"][0], salience=p["scores"][1], confidence=p["scores"][2],
+            confidentiality=p["level"], created_at=p["created_at"], recorded_at=now, valid_from=p["validity"][0],
+            valid_to=p["validity"][1], status=p["status"], refs=p["refs"], last_access=now, access_count=1,
+            recent_accesses=(now,),
+        )  # fmt: skip
+        items.append(NewMemory(memory, p["hash"], cue_terms(memory.title, memory.content, *memory.tags), ring))
+        out.append(memory)
+    with store.atomic():
+        keys = store.memories.insert(items, store.changes.next())
+        if vectors is not None and embedder is not None:
+            store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
+        store.accesses.append(
+            [Touch(n, Channel.CREATED) for n in keys], now=now, tenant=who.tenant, reader=who.agent_id
+        )
+    return [rt.annotate(m, now) for m in out]
+
+
+# -- changing one memory -----------------------------------------------------------------------------
+
+
+def update(
+    rt: Runtime,
+    who: Principal,
+    memory_id: str,
+    *,
+    content: str | None = None,
+    title: str | None = None,
+    importance: float | None = None,
+    salience: float | None = None,
+    confidence: float | None = None,
+    status: str | None = None,
+    tags: Iterable[str] | None = None,
+    confidentiality: Confidentiality | int | None = None,
+) -> Memory:
+    """Change a memory `who` may write; see `Agent.update`."""
+    now = rt.clock()
+    current = visible(rt, who, memory_id).memory
+    if current.owner not in ("", who.agent_id):
+        raise not_found(who, memory_id)
+    imp, sal, conf = mm.check_scores(
+        current.importance if importance is None else importance,
+        current.salience if salience is None else salience,
+        current.confidence if confidence is None else confidence,
+    )
+    new_status = current.status if status is None else mm.check_status(current.type, status)
+    level = current.confidentiality if confidentiality is None else check_level(confidentiality)
+    if level < max(who.floor, current.confidentiality):
+        # Lowering would expose what the memory held (its earlier versions too) to lower caps.
+        raise ValidationError(
+            f"confidentiality {level.name} is below the memory's {current.confidentiality.name} "
+            f"(or this agent's floor {who.floor.name}); an update can raise a level, never lower it"
+        )
+    if status is not None and current.type is not MemoryType.TODO:
+        mm.check_status(current.type, status)
+    new_content = current.content if content is None else mm.check_content(content)
+    new_title = current.title if title is None else title
+    new_tags = current.tags if tags is None else mm.check_labels("tags", tags)
+    embedder = rt.embedder
+    vec = None
+    if embedder is not None and (new_content != current.content or new_title != current.title):
+        vec = embedder.embed([new_content if not new_title else f"{new_title}. {new_content}"])[0]
+    store = rt.store
+    with store.atomic():
+        n = visible(rt, who, memory_id).key
+        stamp = store.changes.next()
+        version = current.version
+        if new_content != current.content or new_title != current.title:
+            store.versions.add(n, MemoryVersion(current.version, current.title, current.content, now, who.agent_id))
+            version += 1
+        change = ContentChange(
+            content=new_content, title=new_title, tags=new_tags, importance=imp, salience=sal, confidence=conf,
+            status=new_status, version=version, n_chars=len(new_content), n_tokens=approx_tokens(new_content),
+            n_sentences=mm.count_sentences(new_content), content_hash=content_hash(new_content),
+            terms=cue_terms(new_title, new_content, *new_tags), confidentiality=level,
+        )  # fmt: skip
+        store.memories.update(n, change, stamp)
+        if vec is not None and embedder is not None:
+            store.vectors.put([(n, embedder.name, vec.tobytes())], replace=True)
+        return rt.annotate(visible(rt, who, memory_id).memory, now)
+
+
+def link(
+    rt: Runtime,
+    who: Principal,
+    source: str,
+    target: str,
+    edge_type: EdgeType | str = EdgeType.RELATED,
+    weight: float = 1.0,
+) -> Edge:
+    """Add a typed edge between two memories `who` can see; see `Agent.link`."""
+    etype = mm.check_edge_type(edge_type)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+        raise ValidationError(f"weight must be a number in (0, 1], got {weight!r}")
+    if source == target:
+        raise ValidationError("a memory cannot be linked to itself")
+    now = rt.clock()
+    store = rt.store
+    with store.atomic():
+        a, b = visible(rt, who, source), visible(rt, who, target)
+        store.edges.put(
+            who.tenant, [(a.key, b.key, etype.value, float(weight))], now=now, by=who.agent_id, replace=True
+        )
+        # Confidentiality travels: what is linked into a more confidential memory rises to its level.
+        level = max(a.memory.confidentiality, b.memory.confidentiality)
+        store.memories.raise_level([a.key, b.key], level, store.changes.next())
+    return Edge(source, target, etype, float(weight), now)
+
+
+def supersede(rt: Runtime, who: Principal, old_id: str, new_id: str) -> Edge:
+    """Close the old fact and link the new one to it with `refines`; see `Agent.supersede`."""
+    now = rt.clock()
+    old = visible(rt, who, old_id).memory
+    new = visible(rt, who, new_id).memory
+    if old.id == new.id:
+        raise ValidationError("a memory cannot supersede itself")
+    if old.owner != new.owner or old.owner not in ("", who.agent_id):
+        raise ValidationError("supersede works within one owner: both memories must be yours, or both shared")
+    until = new.valid_from if new.valid_from is not None else now
+    if old.valid_from is not None and until < old.valid_from:
+        raise ValidationError("the new fact starts before the old one did; nothing to supersede")
+    store = rt.store
+    with store.atomic():
+        store.memories.close_validity(who.tenant, old.id, until, store.changes.next())
+    return link(rt, who, new.id, old.id, EdgeType.REFINES)
+
+
+# -- forgetting and pruning ---------------------------------------------------------------------------
+
+
+def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> Tombstone:
+    """Remove a memory for good and leave a value-level tombstone; see `Agent.forget`."""
+    if not isinstance(reason, str):
+        raise ValidationError("reason must be a str")
+    now = rt.clock()
+    store = rt.store
+    with store.atomic():
+        found = visible(rt, who, memory_id, archived=False)
+        memory, n = found.memory, found.key
+        if memory.owner not in ("", who.agent_id):
+            raise not_found(who, memory_id)
+        stone = Tombstone(
+            memory.id, memory.tenant, memory.owner, content_hash(memory.content), who.agent_id, now, reason
+        )
+        store.tombstones.add(stone)
+        store.edges.delete_touching(n)
+        store.vectors.delete(n)
+        store.versions.delete(n)
+        retired = f"forgotten:{n}"
+        _scrub_recall_log(rt, memory.tenant, memory.id, retired)
+        # An archived husk without text stays, so the access stream keeps its key and caches
+        # see the change; its id is retired so the old id answers NotFound from now on.
+        store.memories.retire(n, retired, store.changes.next())
+    rt.drop_vector_file()
+    store.after_forget()
+    return stone
+
+
+def _scrub_recall_log(rt: Runtime, tenant: str, memory_id: str, retired: str) -> None:
+    """Rewrite the recall log's mentions of a forgotten memory (as a hit or a near miss): its
+    title goes and its id becomes the retired one, so `explain(recall_id)` still shows that
+    something ranked there, but not what it said."""
+
+    def scrub(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [dict(e, memory_id=retired, title="") if e.get("memory_id") == memory_id else e for e in entries]
+
+    for record in rt.store.recalls.mentioning(tenant, memory_id):
+        params = dict(record.params, hits=scrub(record.params.get("hits", [])))
+        rt.store.recalls.rewrite(
+            RecallRecord(
+                record.recall_id, record.ts, record.tenant, record.reader, record.query, params,
+                scrub(record.near_misses),
+            )
+        )  # fmt: skip
+
+
+def prune(rt: Runtime, who: Principal, *, include_shared: bool = False) -> list[str]:
+    """Archive `who`'s memories whose retention fell below the threshold; see `Agent.prune`."""
+    policy = rt.forgetting
+    now = rt.clock()
+    owners = ("", who.agent_id) if include_shared else (who.agent_id,)
+    listed = rt.store.memories.listing(who.visibility())
+    doomed = [m for m in listed if m.owner in owners and prunable(m, now, policy)]
+    if not doomed:
+        return []
+    store = rt.store
+    with store.atomic():
+        store.memories.archive(who.tenant, [m.id for m in doomed], store.changes.next())
+    return [m.id for m in doomed]
+
+
+def retire_weak(rt: Runtime, who: Principal, vis: mm.Visibility, *, below_strength: float, min_age: float) -> int:
+    """Archive `who`'s own memories that `vis` shows, not skills, weaker than `below_strength`
+    and older than `min_age` seconds (spec 002's prune); how many."""
+    store = rt.store
+    now = rt.clock()
+    with store.atomic():
+        keys = store.memories.weak(vis, who.agent_id, below_strength=float(below_strength), now=now, min_age=min_age)
+        if keys:
+            store.memories.archive_keys(keys, store.changes.next())
+    return len(keys)
+
+
+__all__ = [
+    "MemoryFields",
+    "check_level",
+    "forget",
+    "link",
+    "not_found",
+    "prune",
+    "remember_many",
+    "retire_weak",
+    "supersede",
+    "update",
+    "visible",
+]

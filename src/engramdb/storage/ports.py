@@ -1,0 +1,684 @@
+"""The storage ports: what the services need from a backend, one `Protocol` per concern.
+
+Services (recall, writes, reflection, prospective memory, references, stats, tenancy rules) are
+written against these Protocols only; a backend (``storage/sqlite``, later ``storage/postgres``)
+implements them. Each method says *what*, never how: no SQL, connection or driver type appears
+here, and no SQL is written outside an adapter.
+
+Conventions every implementation keeps:
+
+- **Keys.** A memory has a public id (``"agent:hex"``) and an internal integer key, assigned by
+  `MemoryRows.insert`, unique in the store, never reused. In-memory indexes are arrays by key.
+- **Visibility inside.** A method that takes a `Visibility` applies it inside its query, before
+  any ordering or limit, so nothing invisible is ever ranked, counted or relayed; a method without
+  one is engine-internal and is only given keys the caller has already seen through one.
+- **Transactions are per thread.** `Backend.atomic` opens a unit of work for the calling thread
+  (nested: a savepoint); every port method called on that thread inside it joins it. Outside one,
+  a write method commits on its own. Writes that must go together are always made inside
+  `atomic`.
+- **Change sequence.** Every write to a memory row stamps it with a number from
+  `ChangeSequence.next` (called inside the write's transaction); caches reload the rows changed
+  after the number they saw, so every process sees every other's committed writes.
+- **Times** are epoch seconds (float). **Vectors** are float32 bytes in native order, one embedder
+  (``model``) per row. **Access rings** are `engramdb.memories.text.pack_times` bytes.
+- **Errors.** Driver exceptions never leave a port: they are translated into
+  `engramdb.errors` (a full disk or a lock timeout is a `BackendError`).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self, TypeAlias
+
+from engramdb.memories.model import (
+    AccessRecord,
+    Channel,
+    Components,
+    Confidentiality,
+    Edge,
+    Memory,
+    MemoryRef,
+    MemoryVersion,
+    TodoStatus,
+    Tombstone,
+    Visibility,
+)
+from engramdb.scopes.namespace import Namespace
+
+if TYPE_CHECKING:
+    from engramdb.embeddings.base import Embedder
+
+
+# -- records that cross the ports --------------------------------------------------------------
+
+
+class Stored(NamedTuple):
+    """A memory as read from the store, with its internal key."""
+
+    key: int
+    memory: Memory
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """A memory to insert: the record, and what the engine derived from it at write time."""
+
+    memory: Memory
+    content_hash: str  # `engramdb.memories.text.content_hash` of the content
+    terms: str  # the distinct stems of title, content and tags, space-separated (lexical index)
+    ring: bytes  # the packed access ring (creation is the first deliberate access)
+
+
+@dataclass(frozen=True, slots=True)
+class ContentChange:
+    """The new state of an updated memory's editable fields (`MemoryRows.update`)."""
+
+    content: str
+    title: str
+    tags: tuple[str, ...]
+    importance: float
+    salience: float
+    confidence: float
+    status: TodoStatus | None
+    version: int
+    n_chars: int
+    n_tokens: int
+    n_sentences: int
+    content_hash: str
+    terms: str
+    confidentiality: Confidentiality
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """What a merge survivor becomes (`MemoryRows.fold`); the duplicate is archived."""
+
+    importance: float
+    salience: float
+    confidence: float
+    strength: int
+    access_count: int
+    ring: bytes
+    old_count: int
+    old_newest: float | None
+    old_oldest: float | None
+    last_access: float | None
+    confidentiality: Confidentiality
+    tags: tuple[str, ...]
+    entities: tuple[str, ...]
+    refs: tuple[MemoryRef, ...]
+    terms: str
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """One access to log: which memory, how, and (for recalls) its rank and components."""
+
+    key: int
+    channel: Channel
+    score: float | None = None
+    rank: int | None = None
+    components: Components | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Raw counts behind `engramdb.observability.stats.Stats`, over what a `Visibility` shows
+    (husks of forgotten memories excluded)."""
+
+    memories: int
+    archived: int
+    by_type: dict[str, int]
+    reads_per_memory: list[int]  # deliberate reads per read memory, most read first
+    read_live: int  # unarchived memories read at least once
+    injected: int
+    injected_memories: int
+    injected_then_used: int
+    cross_owner_reads: int
+    reflection_reads: int
+    recalls: int  # recall records of the reader in the tenant
+
+
+@dataclass(frozen=True, slots=True)
+class RecallRecord:
+    """What `explain(recall_id)` replays: the query, parameters and ranked ids of one recall."""
+
+    recall_id: str
+    ts: float
+    tenant: str
+    reader: str
+    query: str
+    params: dict[str, Any]
+    near_misses: list[dict[str, Any]]
+
+
+#: The access state of one memory: (key, ring, older count, older newest, older oldest).
+AccessState: TypeAlias = tuple[int, bytes | None, int, float | None, float | None]
+#: (ring, older count, older newest, older oldest, last access, strength bump 0/1, key)
+AccessUpdate: TypeAlias = tuple[bytes, int, float | None, float | None, float, int, int]
+#: The visibility attributes of a memory, in `VisibilityColumns.set_many` order:
+#: (tenant, owner, confidentiality, archived, valid_from, valid_to, type).
+VisibilityAttrs: TypeAlias = tuple[str, str, int, int, float | None, float | None, str]
+#: A memory as the lexical index loads it: (key, tenant, owner, confidentiality, archived,
+#: valid_from, valid_to, type, terms, n_tokens, importance, ring, old_count, old_newest,
+#: old_oldest, created_at, entities as a JSON list).
+IndexRow: TypeAlias = tuple[
+    int, str, str, int, int, float | None, float | None, str, str, int, float, bytes | None, int,
+    float | None, float | None, float, str,
+]  # fmt: skip
+#: A memory as the vector cache loads it: (key, changed, tenant, owner, confidentiality,
+#: archived, valid_from, valid_to, type, vector or None).
+VectorRow: TypeAlias = tuple[int, int, str, str, int, int, float | None, float | None, str, bytes | None]
+#: A memory's vector for reflection: (key, owner, type, confidentiality, vector).
+ScopeVector: TypeAlias = tuple[int, str, str, int, bytes]
+#: A memory for rescoring: (key, importance, salience, ring, old_count, old_newest, old_oldest).
+RescoreRow: TypeAlias = tuple[int, float, float, bytes | None, int, float | None, float | None]
+
+
+# -- the ports ---------------------------------------------------------------------------------
+
+
+class MemoryRows(Protocol):
+    """The memory records."""
+
+    def insert(self, items: Sequence[NewMemory], change: int) -> list[int]:
+        """Store `items` (in one transaction: call inside `Backend.atomic`); their new keys, in order."""
+        ...
+
+    def get(self, vis: Visibility, memory_id: str) -> Stored | None:
+        """The memory with public id `memory_id`, if `vis` shows it."""
+        ...
+
+    def get_key(self, key: int) -> Stored | None:
+        """The memory with internal key `key`, whatever its visibility (engine-internal)."""
+        ...
+
+    def many(self, vis: Visibility, keys: Sequence[int]) -> dict[int, Memory]:
+        """The memories among `keys` that `vis` shows, by key."""
+        ...
+
+    def names(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """(id, title) of each of `keys` (already seen through a visibility)."""
+        ...
+
+    def contents(self, keys: Sequence[int]) -> dict[int, str]:
+        """The content of each of `keys` (already seen through a visibility)."""
+        ...
+
+    def listing(self, vis: Visibility) -> list[Memory]:
+        """Every memory `vis` shows, oldest (lowest key) first; husks of forgotten memories excluded."""
+        ...
+
+    def visible_ids(self, vis: Visibility, ids: Sequence[str]) -> dict[str, int]:
+        """{id: key} of those `ids` that `vis` shows."""
+        ...
+
+    def visible_keys(
+        self, vis: Visibility, types: Iterable[str] | None = None, keys: Sequence[int] | None = None
+    ) -> list[int]:
+        """Every key `vis` shows (of `types`, and among `keys`, when given), ascending."""
+        ...
+
+    def key_of(self, tenant: str, memory_id: str) -> int | None:
+        """The key of `memory_id` in `tenant` (engine-internal: no visibility)."""
+        ...
+
+    def update(self, key: int, change: ContentChange, stamp: int) -> None:
+        """Replace the editable fields of memory `key`."""
+        ...
+
+    def archive(self, tenant: str, ids: Sequence[str], stamp: int) -> int:
+        """Archive the unarchived memories among `ids` of `tenant`; how many were archived."""
+        ...
+
+    def archive_keys(self, keys: Sequence[int], stamp: int) -> int:
+        """Archive memories `keys`; how many rows were written."""
+        ...
+
+    def close_validity(self, tenant: str, memory_id: str, until: float, stamp: int) -> None:
+        """Set ``valid_to`` of `memory_id` (the fact stopped being true at `until`)."""
+        ...
+
+    def raise_level(self, keys: Sequence[int], level: Confidentiality, stamp: int) -> None:
+        """Raise the confidentiality of those `keys` below `level` to `level`."""
+        ...
+
+    def retire(self, key: int, retired_id: str, stamp: int) -> None:
+        """Empty a forgotten memory: archived, text, labels and terms gone, id replaced by `retired_id`."""
+        ...
+
+    def fold(self, keep: int, fold: Fold, dup: int, stamp: int) -> None:
+        """Merge: memory `keep` takes the fields of `fold`, memory `dup` is archived."""
+        ...
+
+    def set_importance(self, updates: Sequence[tuple[float, int]], stamp: int) -> None:
+        """Set importance of memories: (new importance, key) pairs."""
+        ...
+
+    def access_state(self, keys: Sequence[int]) -> list[AccessState]:
+        """The access rings and older-access summaries of `keys`."""
+        ...
+
+    def set_access_state(self, updates: Sequence[AccessUpdate], stamp: int) -> None:
+        """Record accesses: new rings and summaries, last access, one more access, strength bumps."""
+        ...
+
+    def scan(self, vis: Visibility, after: int, limit: int) -> list[RescoreRow]:
+        """Up to `limit` memories `vis` shows with a key above `after`, by key."""
+        ...
+
+    def todo_ids(self, vis: Visibility, status: TodoStatus | None, *, by_importance: bool) -> list[str]:
+        """Ids of the todos `vis` shows with `status` (None: any); oldest first, or most important first."""
+        ...
+
+    def intents(
+        self, vis: Visibility, owner: str, *, now: float, event: str | None, cues: bool
+    ) -> list[tuple[int, str, tuple[MemoryRef, ...]]]:
+        """(key, id, refs) of `owner`'s intents `vis` shows with a trigger that may fire: a time
+        trigger due at `now`, an `event` trigger for that event, or (with `cues`) any cue trigger.
+        Trigger refs are the ``kind == "trigger"`` refs; keys as in `engramdb.memories.prospective`."""
+        ...
+
+    def set_refs(
+        self, key: int, expected: tuple[MemoryRef, ...], refs: tuple[MemoryRef, ...], stamp: int, *, archive: bool
+    ) -> bool:
+        """Compare and set: replace `key`'s refs by `refs` (and archive it, with `archive`) only if
+        they still are `expected` and the memory is unarchived; True when this call did it."""
+        ...
+
+    def weak(self, vis: Visibility, owner: str, *, below_strength: float, now: float, min_age: float) -> list[int]:
+        """Keys of `owner`'s memories `vis` shows, not skills, with strength below `below_strength`
+        and made more than `min_age` seconds before `now`."""
+        ...
+
+    def undistilled_episodes(self, vis: Visibility, max_level: Confidentiality) -> list[tuple[int, str]]:
+        """(key, owner) of the episodes `vis` shows, at or below `max_level`, that no unarchived
+        reflection of the same owner was derived from; by owner, then creation time."""
+        ...
+
+    def levels_by_age(self, vis: Visibility) -> list[tuple[int, int]]:
+        """(key, confidentiality) of every memory `vis` shows, oldest first."""
+        ...
+
+    def index_rows(self, since: int) -> list[IndexRow]:
+        """Every memory changed after `since`, as the lexical index loads it."""
+        ...
+
+    def visibility_rows(self) -> list[tuple[int, str, str, int, int, float | None, float | None, str]]:
+        """(key, *VisibilityAttrs) of every memory, by key."""
+        ...
+
+    def changed_upto(self, stamp: int) -> list[tuple[int, int]]:
+        """(key, changed) of every memory changed at or before `stamp`."""
+        ...
+
+
+class Edges(Protocol):
+    """Typed, weighted edges between memories of one tenant."""
+
+    def put(
+        self, tenant: str, edges: Sequence[tuple[int, int, str, float]], *, now: float, by: str, replace: bool
+    ) -> int:
+        """Add (src, dst, type, weight) edges; an existing one is replaced with `replace`, else
+        kept as it is. How many were written."""
+        ...
+
+    def delete_touching(self, key: int) -> None:
+        """Delete every edge from or to `key`."""
+        ...
+
+    def move(self, dup: int, keep: int) -> None:
+        """Copy `dup`'s edges onto `keep` (an edge `keep` already has keeps the higher weight)."""
+        ...
+
+    def neighbours(self, vis: Visibility, nodes: Sequence[int]) -> dict[int, list[tuple[int, str, float]]]:
+        """{node: [(other, edge type, weight)]} over edges either way whose far end `vis` shows."""
+        ...
+
+    def contradictions(self, vis: Visibility, keys: Sequence[int]) -> dict[int, list[tuple[str, str]]]:
+        """{key: [(other id, first 120 characters of its content)]} over ``contradicts`` edges
+        either way whose other end `vis` shows."""
+        ...
+
+    def touching(self, vis: Visibility, key: int) -> list[Edge]:
+        """The edges from or to `key` whose other end `vis` shows, oldest first."""
+        ...
+
+    def pairs(self, tenant: str) -> set[tuple[int, int]]:
+        """Every linked pair of `tenant` as (smaller key, larger key)."""
+        ...
+
+    def contradicting(self, vis: Visibility) -> list[tuple[int, int]]:
+        """(src, dst) of ``contradicts`` edges between two memories of one owner that `vis` shows."""
+        ...
+
+
+class AccessStream(Protocol):
+    """The full access stream: one record per access, never trimmed."""
+
+    def append(
+        self,
+        touches: Sequence[Touch],
+        *,
+        now: float,
+        tenant: str,
+        reader: str,
+        query: str | None = None,
+        trace_ref: str | None = None,
+        recall_id: str | None = None,
+    ) -> None:
+        """Append one record per touch (the query is kept to its first 200 characters)."""
+        ...
+
+    def records(self, key: int) -> list[AccessRecord]:
+        """Every access to memory `key`, oldest first."""
+        ...
+
+    def usage(self, vis: Visibility) -> Usage:
+        """The raw usage counts over what `vis` shows."""
+        ...
+
+
+class Tombstones(Protocol):
+    """What is left of forgotten memories: value fingerprints, who, when, why."""
+
+    def add(self, stone: Tombstone) -> None: ...
+
+    def find(self, tenant: str, owners: Sequence[str], hashes: Sequence[str]) -> dict[tuple[str, str], Tombstone]:
+        """The latest tombstone of each (owner, content hash) asked about that has one."""
+        ...
+
+
+class RecallLog(Protocol):
+    """One record per logged recall, for `explain(recall_id)`."""
+
+    def add(self, record: RecallRecord) -> None: ...
+
+    def get(self, tenant: str, reader: str, recall_id: str) -> RecallRecord | None:
+        """The record of `recall_id` if `reader` of `tenant` made it."""
+        ...
+
+    def mentioning(self, tenant: str, memory_id: str) -> list[RecallRecord]:
+        """Records of `tenant` that may name `memory_id` among their hits or near misses."""
+        ...
+
+    def rewrite(self, record: RecallRecord) -> None:
+        """Replace the params and near misses of the record with that recall id."""
+        ...
+
+
+class Versions(Protocol):
+    """Earlier contents of updated memories."""
+
+    def add(self, key: int, version: MemoryVersion) -> None: ...
+
+    def history(self, key: int) -> list[MemoryVersion]:
+        """Earlier versions of memory `key`, oldest first."""
+        ...
+
+    def delete(self, key: int) -> None: ...
+
+
+class ChangeSequence(Protocol):
+    """A store-wide write sequence number: caches reload what changed after the one they saw."""
+
+    def next(self) -> int:
+        """The next number (call inside the write's transaction)."""
+        ...
+
+    def current(self) -> int:
+        """The latest committed number."""
+        ...
+
+
+class MemoryVectors(Protocol):
+    """Each memory's embedding (the truth; search indexes are caches)."""
+
+    def put(self, rows: Sequence[tuple[int, str, bytes]], *, replace: bool = False) -> None:
+        """Store (key, model, vector) rows; with `replace`, over an existing one."""
+        ...
+
+    def delete(self, key: int) -> None: ...
+
+    def in_scope(self, vis: Visibility, model: str) -> Iterator[list[ScopeVector]]:
+        """The vectors of `model` of what `vis` shows, in batches, by owner, creation time, key."""
+        ...
+
+    def cache_rows(self, model: str, since: int) -> list[VectorRow]:
+        """Every memory changed after `since`, with its `model` vector or None."""
+        ...
+
+    def cache_rows_for(self, model: str, keys: Sequence[int]) -> list[VectorRow]:
+        """Memories `keys`, with their `model` vector or None."""
+        ...
+
+    def tip(self, model: str, upto: int, limit: int) -> list[tuple[int, int, bytes]]:
+        """(key, changed, vector) of the `limit` most recently changed memories at or before `upto`."""
+        ...
+
+
+class RowVectorStore(Protocol):
+    """Embeddings of raw-SQL table rows for the retriever of spec 000."""
+
+    def digests(self, table: str, column: str, model: str) -> dict[int, bytes]:
+        """{row id: digest of the text its vector was made from}."""
+        ...
+
+    def apply(
+        self, table: str, column: str, model: str, gone: Sequence[int], new: Sequence[tuple[int, bytes, bytes]]
+    ) -> None:
+        """Drop the vectors of `gone` rows and store (row id, digest, vector) of `new` ones, atomically."""
+        ...
+
+    def load(self, table: str, column: str, model: str) -> list[tuple[int, bytes]]:
+        """(row id, vector) of every stored row, by row id."""
+        ...
+
+    def version(self) -> int:
+        """A number that changes whenever anything is committed to the store (cheap to ask)."""
+        ...
+
+
+class MemoryScope(abc.ABC):
+    """Raw SQL inside one table namespace (``shared_*`` or ``private_<agent>_*``), enforced by the
+    database: SQLite's authorizer, PostgreSQL's grants. A scope never rewrites SQL; it allows or
+    refuses it. Every refusal reads alike whether or not a foreign object exists.
+
+    Safe to use from many threads: a transaction begun on a thread belongs to that thread alone.
+    A nominal base (not a structural Protocol) so that ``isinstance(x, MemoryScope)`` is exact and
+    never evaluates a property.
+
+    Example::
+
+        shared = engine.get_shared_scope()
+        shared.execute("CREATE TABLE IF NOT EXISTS shared_notes (id INTEGER PRIMARY KEY, content TEXT)")
+        shared.execute("INSERT INTO shared_notes (content) VALUES (?)", ("Finding: X implies Y",))
+        rows = shared.query("SELECT id, content FROM shared_notes")
+    """
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def namespace(self) -> Namespace:
+        """The table namespace of this scope (fixed for its life)."""
+
+    @property
+    def label(self) -> str:
+        """``"shared"`` or ``"private:<agent>"``."""
+        return self.namespace.label
+
+    @property
+    def prefix(self) -> str:
+        """The table-name prefix of this namespace, e.g. ``"shared_"``."""
+        return self.namespace.prefix
+
+    @property
+    @abc.abstractmethod
+    def embedder(self) -> Embedder | None:
+        """The engine's embedder for retrieval, or None when embeddings are off."""
+
+    @property
+    @abc.abstractmethod
+    def row_vectors(self) -> RowVectorStore:
+        """Where retrievers keep row embeddings (engine-internal)."""
+
+    @abc.abstractmethod
+    def execute(self, sql: str, params: Params = None) -> ExecResult:
+        """Run one statement in this namespace; rows changed, last row id, rows returned.
+
+        Raises `ScopeViolation` or `ForbiddenDDLError` before anything executes when the
+        statement reaches outside the namespace or the DDL safelist; a failed call changes nothing.
+        """
+
+    @abc.abstractmethod
+    def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> ExecResult:
+        """Run one INSERT / UPDATE / DELETE for each parameter set, all or nothing."""
+
+    @abc.abstractmethod
+    def stream(self, sql: str, params: Params = None, *, batch: int = 256) -> Generator[list[Row], None, None]:
+        """Run one read and yield its rows in batches, so a caller can stop reading early."""
+
+    @abc.abstractmethod
+    def query(self, sql: str, params: Params = None) -> list[Row]:
+        """Run one statement and return its rows as tuples (``for a, b in scope.query(...)``)."""
+
+    @abc.abstractmethod
+    def begin(self) -> None:
+        """Open a transaction for this thread on this scope."""
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Commit this thread's open transaction on this scope."""
+
+    @abc.abstractmethod
+    def rollback(self) -> None:
+        """Roll back this thread's open transaction on this scope; a no-op when none is open."""
+
+    @property
+    @abc.abstractmethod
+    def in_transaction(self) -> bool:
+        """True while this thread has a transaction open on this scope."""
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Self]:
+        """``with scope.transaction():`` — commit on success, roll back on any exception."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    @abc.abstractmethod
+    def list_tables(self) -> list[str]:
+        """The tables of this namespace only, sorted by name."""
+
+    @abc.abstractmethod
+    def columns(self, table: str) -> list[str]:
+        """The column names of this namespace's `table`, in order; `SqlError` when there is no
+        such table (said alike for a table of another namespace)."""
+
+    def __repr__(self) -> str:
+        return f"MemoryScope({self.label!r})"
+
+
+Params: TypeAlias = Sequence[Any] | Mapping[str, Any] | None
+Row: TypeAlias = tuple[Any, ...]
+
+
+class ExecResult(NamedTuple):
+    """What `MemoryScope.execute` did: rows changed, the last inserted row id, and any rows returned."""
+
+    rowcount: int
+    lastrowid: int | None
+    rows: list[Row]
+
+
+class Backend(Protocol):
+    """One store: the ports above, units of work, locks, migrations and raw-SQL scopes."""
+
+    @property
+    def memories(self) -> MemoryRows: ...
+
+    @property
+    def edges(self) -> Edges: ...
+
+    @property
+    def accesses(self) -> AccessStream: ...
+
+    @property
+    def tombstones(self) -> Tombstones: ...
+
+    @property
+    def recalls(self) -> RecallLog: ...
+
+    @property
+    def versions(self) -> Versions: ...
+
+    @property
+    def changes(self) -> ChangeSequence: ...
+
+    @property
+    def vectors(self) -> MemoryVectors: ...
+
+    @property
+    def row_vectors(self) -> RowVectorStore: ...
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for people: a file path or a URL without its password."""
+        ...
+
+    @property
+    def cache_file(self) -> Path | None:
+        """A file path beside which local caches (the vector side file) may be kept, or None."""
+        ...
+
+    def atomic(self) -> AbstractContextManager[None]:
+        """A unit of work for the calling thread: all or nothing (nested: a savepoint)."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Reads inside see one consistent state of the store (a read transaction)."""
+        ...
+
+    def in_transaction(self) -> bool:
+        """True when the calling thread has a unit of work open (its reads may not be committed)."""
+        ...
+
+    def tenant_lock(self, tenant: str, holder: str) -> AbstractContextManager[None]:
+        """Hold the one reflection lock of `tenant` across threads and processes; `TransactionError`
+        at once, changing nothing, when another holder has it. A crashed holder never leaves it held."""
+        ...
+
+    def migrate(self, now: float) -> int:
+        """Bring the store to this code's schema version; the version in force."""
+        ...
+
+    def instance_id(self) -> str | None:
+        """The store's random identity, given once (caches kept outside it check it)."""
+        ...
+
+    def after_forget(self) -> None:
+        """Best effort, after a forget committed: make deleted text unrecoverable from the
+        store's files (a log checkpoint), waiting at most a moment for other readers."""
+        ...
+
+    def scope(self, namespace: Namespace, embedder: Embedder | None) -> MemoryScope:
+        """A raw-SQL scope over `namespace`'s tables (one per namespace is enough)."""
+        ...
+
+    def table_names(self) -> list[str]:
+        """Every table of the store, engine tables included, sorted (the admin view)."""
+        ...
+
+    def close(self) -> None:
+        """Close every connection; further use raises `BackendError`."""
+        ...

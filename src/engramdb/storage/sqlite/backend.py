@@ -1,0 +1,146 @@
+"""`SqliteBackend`: every storage port over one SQLite file in WAL mode (the embedded default)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engramdb.scopes.namespace import Namespace
+from engramdb.storage.sqlite.connection import SqliteSettings, SqliteStore, translate
+from engramdb.storage.sqlite.graph import SqliteEdges
+from engramdb.storage.sqlite.locks import tenant_lock
+from engramdb.storage.sqlite.migrations import migrate
+from engramdb.storage.sqlite.rows import SqliteMemoryRows
+from engramdb.storage.sqlite.scope import SqliteScope
+from engramdb.storage.sqlite.stream import (
+    SqliteAccessStream,
+    SqliteChangeSequence,
+    SqliteRecallLog,
+    SqliteTombstones,
+    SqliteVersions,
+)
+from engramdb.storage.sqlite.vectors import SqliteMemoryVectors, SqliteRowVectors
+
+if TYPE_CHECKING:
+    from engramdb.embeddings.base import Embedder
+
+
+class SqliteBackend:
+    """The storage ports (`engramdb.storage.ports.Backend`) over one SQLite file.
+
+    Args:
+        path: the database file (its parent directory is created); ``":memory:"`` uses a private
+            temporary file removed on `close`.
+        settings: timeouts, limits and durability (`SqliteSettings`).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], settings: SqliteSettings | None = None) -> None:
+        self.settings = settings or SqliteSettings()
+        self._store = SqliteStore(path, self.settings)
+        self._memory_file = str(path) == ":memory:"
+        self.memories = SqliteMemoryRows(self._store)
+        self.edges = SqliteEdges(self._store)
+        self.accesses = SqliteAccessStream(self._store)
+        self.tombstones = SqliteTombstones(self._store)
+        self.recalls = SqliteRecallLog(self._store)
+        self.versions = SqliteVersions(self._store)
+        self.changes = SqliteChangeSequence(self._store)
+        self.vectors = SqliteMemoryVectors(self._store)
+        self.row_vectors = SqliteRowVectors(self._store)
+
+    def __repr__(self) -> str:
+        return f"SqliteBackend({self.location!r})"
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._store.path
+
+    @property
+    def store(self) -> SqliteStore:
+        """The per-thread connections (adapter-internal; tests of SQLite specifics use it)."""
+        return self._store
+
+    @property
+    def location(self) -> str:
+        return str(self._store.path)
+
+    @property
+    def cache_file(self) -> Path | None:
+        # Only a real file gets caches beside it (not the private temp file of ":memory:").
+        return None if self._memory_file or not self._store.path.is_file() else self._store.path
+
+    # -- units of work ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        conn = self._store.connection("engine")
+        with self._store.atomic(conn):
+            yield
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        conn = self._store.connection("engine")
+        raw = conn.raw
+        if raw.in_transaction:
+            yield
+            return
+        # A plain read transaction: it takes no write lock, so it never waits on this thread's
+        # scope transactions either.
+        with translate(conn):
+            raw.execute("BEGIN")
+        try:
+            yield
+        finally:
+            with translate(conn):
+                raw.execute("COMMIT")
+
+    def in_transaction(self) -> bool:
+        return self._store.connection("engine").in_transaction
+
+    def tenant_lock(self, tenant: str, holder: str) -> contextlib.AbstractContextManager[None]:
+        return tenant_lock(self._store.path, tenant, holder)
+
+    # -- schema and identity ----------------------------------------------------------------------
+
+    def migrate(self, now: float) -> int:
+        conn = self._store.connection("engine")
+        with translate(conn):
+            return migrate(conn.raw, lambda: now)
+
+    def instance_id(self) -> str | None:
+        conn = self._store.connection("engine")
+        with translate(conn):
+            row = conn.raw.execute("SELECT value FROM engram_meta WHERE key = 'instance_id'").fetchone()
+        return None if row is None else str(row[0])
+
+    def after_forget(self) -> None:
+        # secure_delete has zeroed the freed space in the database; a checkpoint moves the log into
+        # it, so older copies of the text in the log are overwritten. A checkpoint that another
+        # process's open read blocks is left to SQLite's later ones (the log is reused from its
+        # start once every reader has moved on), so wait at most 0.1 s.
+        conn = self._store.connection("engine")
+        raw = conn.raw
+        if raw.in_transaction:
+            return
+        with translate(conn):
+            waited = raw.execute("PRAGMA busy_timeout").fetchone()[0]
+            try:
+                raw.execute("PRAGMA busy_timeout=100")
+                raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                raw.execute(f"PRAGMA busy_timeout={int(waited)}")
+
+    # -- raw-SQL scopes -----------------------------------------------------------------------------
+
+    def scope(self, namespace: Namespace, embedder: Embedder | None) -> SqliteScope:
+        return SqliteScope(self._store, namespace, self.row_vectors, lambda: embedder)
+
+    def table_names(self) -> list[str]:
+        return self._store.table_names()
+
+    def close(self) -> None:
+        self._store.close()

@@ -41,18 +41,12 @@ from engramdb.retrieval.results import Explanation, Recall
 from engramdb.retrieval.when import When
 from engramdb.storage.ports import MemoryScope
 from engramdb.tenancy.contract import check_level
-from engramdb.tenancy.ids import check_agent_id
+from engramdb.tenancy.ids import check_agent_id, check_tenant
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = ["Agent", "MemoryFields", "MemoryRecord", "MemoryVersion"]
-
-
-def _tenant_ok(tenant: object) -> str:
-    if not isinstance(tenant, str) or not tenant or len(tenant) > 128 or not tenant.isprintable():
-        raise ValidationError(f"tenant must be a non-empty printable string of at most 128 characters, got {tenant!r}")
-    return tenant
 
 
 class Agent:
@@ -82,7 +76,7 @@ class Agent:
     ) -> None:
         self._runtime = runtime
         self._principal = Principal(
-            _tenant_ok(tenant), check_agent_id(agent_id), check_level(cap, "cap"), check_level(floor, "floor")
+            check_tenant(tenant), check_agent_id(agent_id), check_level(cap, "cap"), check_level(floor, "floor")
         )
         self._shared = shared
         self._private = private

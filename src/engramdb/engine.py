@@ -8,6 +8,7 @@ The engine is a facade: it opens a storage backend (a SQLite file from a path, o
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +23,10 @@ from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.runtime import Runtime, default_embedder
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.recall import Recaller
-from engramdb.scopes.namespace import ENGINE_PREFIX, ascii_lower
+from engramdb.scopes.namespace import ENGINE_PREFIX, Namespace, ascii_lower
 from engramdb.storage.ports import Backend, MemoryScope
 from engramdb.storage.sqlite import SqliteBackend, SqliteSettings
-from engramdb.tenancy.ids import SHARED, private_namespace
+from engramdb.tenancy.ids import SHARED, check_tenant, private_namespace
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
@@ -138,8 +139,9 @@ class DynamicMemoryEngine:
             vector_index=vector_index,
             vector_file=vector_file,
         )
-        self._shared = backend.scope(SHARED, self._embedder)
-        self._private: dict[str, MemoryScope] = {}
+        self._scopes: dict[tuple[str, str], MemoryScope] = {}
+        self._scopes_lock = threading.Lock()
+        self._shared = self.get_shared_scope()
 
     # -- what the engine is made of ------------------------------------------------------------
 
@@ -228,20 +230,27 @@ class DynamicMemoryEngine:
             tenant=tenant,
             cap=cap,
             floor=floor,
-            shared=self._shared,
-            private=lambda: self.get_private_scope(agent_id),
+            shared=self.get_shared_scope(check_tenant(tenant)),
+            private=lambda: self.get_private_scope(agent_id, tenant=tenant),
         )
 
-    def get_shared_scope(self) -> MemoryScope:
-        """The scope of the team-wide ``shared_*`` tables."""
-        return self._shared
+    def get_shared_scope(self, tenant: str = "default") -> MemoryScope:
+        """The scope of the team-wide ``shared_*`` tables (of `tenant`, where the backend keeps
+        tenants' tables apart; a SQLite file holds one set for all its tenants)."""
+        return self._scope(SHARED, tenant)
 
-    def get_private_scope(self, agent_id: str) -> MemoryScope:
+    def get_private_scope(self, agent_id: str, *, tenant: str = "default") -> MemoryScope:
         """The scope of ``private_<agent_id>_*`` tables; `InvalidAgentId` for a bad id."""
-        scope = self._private.get(agent_id)
+        return self._scope(private_namespace(agent_id), tenant)
+
+    def _scope(self, namespace: Namespace, tenant: str) -> MemoryScope:
+        key = (tenant, namespace.label)
+        scope = self._scopes.get(key)
         if scope is None:
-            scope = self._backend.scope(private_namespace(agent_id), self._embedder)
-            scope = self._private.setdefault(agent_id, scope)
+            with self._scopes_lock:
+                scope = self._scopes.get(key)
+                if scope is None:
+                    scope = self._scopes[key] = self._backend.scope(namespace, self._embedder, tenant=tenant)
         return scope
 
     def list_all_tables(self, *, include_engine: bool = False) -> list[str]:

@@ -671,8 +671,11 @@ class Backend(Protocol):
         store's files (a log checkpoint), waiting at most a moment for other readers."""
         ...
 
-    def scope(self, namespace: Namespace, embedder: Embedder | None) -> MemoryScope:
-        """A raw-SQL scope over `namespace`'s tables (one per namespace is enough)."""
+    def scope(self, namespace: Namespace, embedder: Embedder | None, *, tenant: str = "default") -> MemoryScope:
+        """A raw-SQL scope over `namespace`'s tables of `tenant` (the caller keeps one per pair).
+
+        Where a backend keeps one set of raw-SQL tables for every tenant (SQLite: one file, one
+        set; give each tenant a file of its own with `TenantFiles`), `tenant` is ignored."""
         ...
 
     def table_names(self) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from engramdb.errors import InvalidAgentId
+from engramdb.errors import InvalidAgentId, ValidationError
 from engramdb.scopes.namespace import Namespace
 
 #: Lower case, digits and hyphens; no ``_``, so ``private_<id>_`` is never a prefix of another
@@ -30,3 +30,10 @@ def private_namespace(agent_id: str) -> Namespace:
     """The namespace of `agent_id`'s private tables: ``private_<agent_id>_*``."""
     check_agent_id(agent_id)
     return Namespace(f"private:{agent_id}", f"private_{agent_id}_")
+
+
+def check_tenant(tenant: object) -> str:
+    """Return `tenant` if it is a non-empty printable string of at most 128 characters, else `ValidationError`."""
+    if not isinstance(tenant, str) or not tenant or len(tenant) > 128 or not tenant.isprintable():
+        raise ValidationError(f"tenant must be a non-empty printable string of at most 128 characters, got {tenant!r}")
+    return tenant

@@ -136,7 +136,9 @@ class SqliteBackend:
 
     # -- raw-SQL scopes -----------------------------------------------------------------------------
 
-    def scope(self, namespace: Namespace, embedder: Embedder | None) -> SqliteScope:
+    def scope(self, namespace: Namespace, embedder: Embedder | None, *, tenant: str = "default") -> SqliteScope:
+        # One file holds one set of raw-SQL tables: every tenant of the file shares them (see
+        # docs/tenancy.md; TenantFiles gives each tenant its own file).
         return SqliteScope(self._store, namespace, self.row_vectors, lambda: embedder)
 
     def table_names(self) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.rawsql import raw_count
 
 from engramdb import (
     Confidentiality,
@@ -127,11 +128,10 @@ def test_forget_leaves_a_tombstone_and_blocks_silent_recreation(eng: DynamicMemo
     assert err.value.tombstone.memory_id == m.id and "force=True" in str(err.value)
     assert me.remember("Bob's phone number is 555-0100", force=True).content == "Bob's phone number is 555-0100"
     # the text is gone from the file, not just hidden
-    db = sqlite3.connect(eng.path)
-    assert db.execute("SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'").fetchone()[0] == 1
-    db.close()
+    assert raw_count(eng, "SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'") == 1
 
 
+@pytest.mark.sqlite_only
 def test_forgotten_text_is_gone_from_every_file_on_disk(tmp_path: Path, clock: FixedClock) -> None:
     """Not only unlinked from the b-tree: the bytes of the text, its old version and its index
     terms are overwritten (secure_delete) and the write-ahead log is checkpointed away."""
@@ -306,6 +306,7 @@ def test_commitments_are_not_deduplicated_and_unfired_intents_are_not_pruned(
     assert [m.id for m in me.due(event="deploy")] == [intent.id]
 
 
+@pytest.mark.sqlite_only
 def test_secure_delete_is_fast_or_on_never_off(tmp_path: Path) -> None:
     with DynamicMemoryEngine(tmp_path / "a.db", secure_delete="on") as eng:
         assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 1
@@ -330,6 +331,7 @@ def test_a_recall_that_showed_a_forgotten_memory_replays_without_its_title(eng: 
     assert [e.title for e in replay.near_misses] == ["vault place"]
 
 
+@pytest.mark.sqlite_only
 def test_forget_does_not_wait_for_another_processs_open_read(eng: DynamicMemoryEngine) -> None:
     import time
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.rawsql import raw_count
 
 from engramdb import DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
@@ -16,11 +18,7 @@ DAY = 86_400.0
 
 
 def _count(eng: DynamicMemoryEngine, table: str) -> int:
-    db = sqlite3.connect(eng.path)
-    try:
-        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-    finally:
-        db.close()
+    return raw_count(eng, f"SELECT count(*) FROM {table}")
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -206,14 +204,14 @@ def test_spreading_neither_leaks_nor_relays(eng: DynamicMemoryEngine, me: Agent)
     foreign = bob.remember("bob's secret salary negotiation")
     own2 = me.remember("unrelated grocery list")
     # Edges that no agent could create through the API (neither sees both ends) — planted directly.
-    db = sqlite3.connect(eng.path)
-    n = {mid: row for mid, row in db.execute("SELECT id, n FROM engram_memories")}
-    db.executemany(
-        "INSERT INTO engram_edges VALUES (?, ?, 'causes', 1.0, 'default', 0, 'test')",
-        [(n[own1.id], n[foreign.id]), (n[foreign.id], n[own2.id])],
+    n = {m.id: eng.backend.memories.key_of("default", m.id) for m in (own1, foreign, own2)}
+    eng.backend.edges.put(
+        "default",
+        [(n[own1.id], n[foreign.id], "causes", 1.0), (n[foreign.id], n[own2.id], "causes", 1.0)],  # type: ignore[list-item]
+        now=0.0,
+        by="test",
+        replace=False,
     )
-    db.commit()
-    db.close()
     ex = me.explain("zebra kickoff", k=5, hops=3)
     got = {e.memory_id: e for e in (*ex.hits, *ex.near_misses)}
     assert foreign.id not in got  # no leak: own -> foreign
@@ -257,8 +255,8 @@ def test_stats(eng: DynamicMemoryEngine, me: Agent) -> None:
     assert used.id
 
 
-def test_lexical_only_without_an_embedder(tmp_path: Path, clock: FixedClock) -> None:
-    e = DynamicMemoryEngine(tmp_path / "lex.db", clock=clock, memory_embedder=None)
+def test_lexical_only_without_an_embedder(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    e = make_engine(memory_embedder=None)
     a = e.agent("alice")
     m = a.remember("the deploy key rotates weekly")
     a.remember("other things")
@@ -267,10 +265,9 @@ def test_lexical_only_without_an_embedder(tmp_path: Path, clock: FixedClock) -> 
     e.close()
 
 
-def test_memories_survive_reopen_and_other_processes_see_them(tmp_path: Path, clock: FixedClock) -> None:
-    path = tmp_path / "p.db"
-    e1 = DynamicMemoryEngine(path, clock=clock, memory_embedder=HashingEmbedder(dim=64))
-    e2 = DynamicMemoryEngine(path, clock=clock, memory_embedder=HashingEmbedder(dim=64))
+def test_memories_survive_reopen_and_other_processes_see_them(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    e1 = make_engine("p", memory_embedder=HashingEmbedder(dim=64))
+    e2 = make_engine("p", memory_embedder=HashingEmbedder(dim=64))
     a1, a2 = e1.agent("alice"), e2.agent("alice")
     assert a2.recall("walrus").hits == ()
     m = a1.remember("the walrus sleeps on ice")
@@ -337,6 +334,7 @@ def test_threads_remember_and_recall_at_once(eng: DynamicMemoryEngine) -> None:
     assert all(len(eng.agent(f"w{i}").memories()) == 120 for i in range(3))
 
 
+@pytest.mark.sqlite_only
 def test_terms_written_by_an_older_stemmer_are_restemmed_on_open(tmp_path: Path, clock: FixedClock) -> None:
     path = tmp_path / "m.db"
     with DynamicMemoryEngine(path, clock=clock, memory_embedder=None) as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -12,13 +12,17 @@ from engramdb import DynamicMemoryEngine, MemoryQuery, ValidationError
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.testing import FixedClock, fake_embedder
 
+MakeEngine = Callable[..., DynamicMemoryEngine]
+
 
 @pytest.mark.parametrize(("mu", "winner"), [(0.0, "long"), (0.5, "short")])
-def test_bm25_in_rel_prefers_the_tighter_match(tmp_path: Path, clock: FixedClock, mu: float, winner: str) -> None:
+def test_bm25_in_rel_prefers_the_tighter_match(
+    make_engine: MakeEngine, clock: FixedClock, mu: float, winner: str
+) -> None:
     # No embedder (cos = 0) and both memories hold every query keyword: cue overlap ties, and so
     # does everything else, so without BM25 the older memory wins the tie. BM25 favours the short
     # memory, whose every word is a query word.
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None, scoring=ScoringConfig(mu=mu))
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(mu=mu))
     a = e.agent("alice")
     ids = {
         "long": a.remember("alpha beta " + " ".join(f"filler{i}" for i in range(30))).id,
@@ -31,9 +35,9 @@ def test_bm25_in_rel_prefers_the_tighter_match(tmp_path: Path, clock: FixedClock
     e.close()
 
 
-def test_min_max_cosines_span_the_candidates(tmp_path: Path, clock: FixedClock) -> None:
+def test_min_max_cosines_span_the_candidates(make_engine: MakeEngine, clock: FixedClock) -> None:
     cfg = ScoringConfig(lam=1.0, mu=0.0, cos_minmax=True, w_rec=0.0, w_imp=0.0)
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=fake_embedder(), scoring=cfg)
+    e = make_engine(memory_embedder=fake_embedder(), scoring=cfg)
     a = e.agent("alice")
     for text in ("deploy keys rotate on monday", "the deploy went fine", "lunch at noon", "keys are in the drawer"):
         a.remember(text)
@@ -47,10 +51,10 @@ def test_min_max_cosines_span_the_candidates(tmp_path: Path, clock: FixedClock) 
     e.close()
 
 
-def _two_days(tmp_path: Path, clock: FixedClock, **cfg: float) -> tuple[DynamicMemoryEngine, dict[str, str]]:
+def _two_days(make_engine: MakeEngine, clock: FixedClock, **cfg: float) -> tuple[DynamicMemoryEngine, dict[str, str]]:
     """Two equally relevant memories, one made on 2023-03-13 and one on 2023-03-20, the older
     one written second so that the tie goes its way only through the date."""
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None, scoring=ScoringConfig(**cfg))
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(**cfg))
     a = e.agent("alice")
     clock.set(dt.datetime(2023, 9, 1, tzinfo=dt.UTC).timestamp())
     ids = {
@@ -64,8 +68,8 @@ def _two_days(tmp_path: Path, clock: FixedClock, **cfg: float) -> tuple[DynamicM
     return e, ids
 
 
-def test_a_date_the_query_names_lifts_that_days_memories(tmp_path: Path, clock: FixedClock) -> None:
-    e, ids = _two_days(tmp_path, clock)
+def test_a_date_the_query_names_lifts_that_days_memories(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e, ids = _two_days(make_engine, clock)
     a = e.agent("alice")
     plain = a.explain("What did Jolene ask Deb?", k=2, hops=0)
     assert plain.hits[0].memory_id == ids["20th"]  # tie on everything: the lower key (written first)
@@ -86,15 +90,15 @@ def test_a_date_the_query_names_lifts_that_days_memories(tmp_path: Path, clock: 
     e.close()
 
 
-def test_w_when_zero_turns_dates_off(tmp_path: Path, clock: FixedClock) -> None:
-    e, ids = _two_days(tmp_path, clock, w_when=0.0)
+def test_w_when_zero_turns_dates_off(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e, ids = _two_days(make_engine, clock, w_when=0.0)
     hits = e.agent("alice").explain("What did Jolene ask Deb on 13 March, 2023?", k=2, hops=0).hits
     assert hits[0].memory_id == ids["20th"] and all(h.components.when == 0.0 for h in hits)
     e.close()
 
 
-def test_bad_when_changes_nothing(tmp_path: Path, clock: FixedClock) -> None:
-    e, _ = _two_days(tmp_path, clock)
+def test_bad_when_changes_nothing(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e, _ = _two_days(make_engine, clock)
     a = e.agent("alice")
     before = a.stats()
     with pytest.raises(ValidationError, match="end after it starts"):
@@ -107,9 +111,9 @@ def test_bad_when_changes_nothing(tmp_path: Path, clock: FixedClock) -> None:
     e.close()
 
 
-def test_an_entity_the_query_names_lifts_its_memories(tmp_path: Path, clock: FixedClock) -> None:
+def test_an_entity_the_query_names_lifts_its_memories(make_engine: MakeEngine, clock: FixedClock) -> None:
     # Same words, same time: only the entity the query names tells the two memories apart.
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None)
+    e = make_engine(memory_embedder=None)
     a = e.agent("alice")
     mel = a.remember("went on a camping trip with the kids", entities=["Melanie"]).id
     car = a.remember("went on a camping trip with the kids", entities=["Caroline"]).id
@@ -130,8 +134,8 @@ def test_an_entity_the_query_names_lifts_its_memories(tmp_path: Path, clock: Fix
     e.close()
 
 
-def test_entities_match_whole_words_and_every_word_of_a_name(tmp_path: Path, clock: FixedClock) -> None:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None)
+def test_entities_match_whole_words_and_every_word_of_a_name(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e = make_engine(memory_embedder=None)
     a = e.agent("alice")
     ny = a.remember("flights booked for the conference", entities=["New York", "ACME Corp."]).id
 
@@ -147,8 +151,8 @@ def test_entities_match_whole_words_and_every_word_of_a_name(tmp_path: Path, clo
     e.close()
 
 
-def test_entity_weight_zero_and_other_readers(tmp_path: Path, clock: FixedClock) -> None:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None, scoring=ScoringConfig(w_entity=0.0))
+def test_entity_weight_zero_and_other_readers(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(w_entity=0.0))
     a = e.agent("alice")
     a.remember("the quarterly report is late", entities=["Dana"])
     hits = a.explain("Is Dana's quarterly report late?", k=1, hops=0).hits
@@ -160,9 +164,9 @@ def test_entity_weight_zero_and_other_readers(tmp_path: Path, clock: FixedClock)
     e.close()
 
 
-def _episode(tmp_path: Path, clock: FixedClock, **cfg: float) -> tuple[DynamicMemoryEngine, dict[str, str]]:
+def _episode(make_engine: MakeEngine, clock: FixedClock, **cfg: float) -> tuple[DynamicMemoryEngine, dict[str, str]]:
     """A strong match; a weak one made a minute after it; the same weak text made three days later."""
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None, scoring=ScoringConfig(**cfg))
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(**cfg))
     a = e.agent("alice")
     t0 = dt.datetime(2023, 3, 13, 9, tzinfo=dt.UTC).timestamp()
     clock.set(t0 + 30 * 86400)
@@ -174,8 +178,8 @@ def _episode(tmp_path: Path, clock: FixedClock, **cfg: float) -> tuple[DynamicMe
     return e, ids
 
 
-def test_temporal_context_lifts_what_was_made_beside_a_strong_match(tmp_path: Path, clock: FixedClock) -> None:
-    e, ids = _episode(tmp_path, clock)
+def test_temporal_context_lifts_what_was_made_beside_a_strong_match(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e, ids = _episode(make_engine, clock)
     cfg = ScoringConfig()
     ex = e.agent("alice").explain("rotate deploy keys", k=3, hops=0)
     by = {h.memory_id: h for h in ex.hits}
@@ -190,8 +194,8 @@ def test_temporal_context_lifts_what_was_made_beside_a_strong_match(tmp_path: Pa
     e.close()
 
 
-def test_w_ctx_zero_turns_temporal_context_off(tmp_path: Path, clock: FixedClock) -> None:
-    e, ids = _episode(tmp_path, clock, w_ctx=0.0)
+def test_w_ctx_zero_turns_temporal_context_off(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e, ids = _episode(make_engine, clock, w_ctx=0.0)
     hits = e.agent("alice").explain("rotate deploy keys", k=3, hops=0).hits
     assert all(h.components.ctx == 0.0 for h in hits)
     assert hits[0].memory_id == ids["match"]
@@ -200,9 +204,9 @@ def test_w_ctx_zero_turns_temporal_context_off(tmp_path: Path, clock: FixedClock
     e.close()
 
 
-def test_one_batch_is_not_an_episode(tmp_path: Path, clock: FixedClock) -> None:
+def test_one_batch_is_not_an_episode(make_engine: MakeEngine, clock: FixedClock) -> None:
     # remember_many without event times stamps every item with the same instant: no order, no context.
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=None)
+    e = make_engine(memory_embedder=None)
     a = e.agent("alice")
     match, _ = a.remember_many([{"content": "rotate the deploy keys on monday"}, {"content": "the keys were slow"}])
     clock.advance(60)

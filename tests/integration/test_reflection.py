@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
-import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
+from tests.rawsql import raw_count
 
 from engramdb import DynamicMemoryEngine, TransactionError, ValidationError
 from engramdb.agent import Agent
@@ -66,11 +65,7 @@ def edges_of(agent: Agent, memory_id: str, etype: EdgeType | None = None) -> lis
 
 
 def count(eng: DynamicMemoryEngine, sql: str, *params: object) -> int:
-    db = sqlite3.connect(eng.path)
-    try:
-        return int(db.execute(sql, params).fetchone()[0])
-    finally:
-        db.close()
+    return raw_count(eng, sql, params)
 
 
 def snapshot(eng: DynamicMemoryEngine) -> tuple[int, ...]:
@@ -397,8 +392,8 @@ def test_reflect_runs_every_step_in_order_and_reports_counts(
     assert report.reflection_reads_share == 0.0
 
 
-def test_without_an_embedder_merge_and_link_are_skipped(tmp_path: Path, clock: FixedClock) -> None:
-    with DynamicMemoryEngine(tmp_path / "plain.db", clock=clock, memory_embedder=None) as plain:
+def test_without_an_embedder_merge_and_link_are_skipped(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    with make_engine("plain", memory_embedder=None) as plain:
         me = plain.agent("alice")
         old = put(me, "The office wifi password is tulip42")
         new = put(me, "The office wifi password is orchid77")
@@ -434,13 +429,15 @@ class _Anisotropic:
         return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
-def test_an_anisotropic_embedder_is_centred_before_thresholds_apply(tmp_path: Path, clock: FixedClock) -> None:
+def test_an_anisotropic_embedder_is_centred_before_thresholds_apply(
+    make_engine: Callable[..., DynamicMemoryEngine],
+) -> None:
     emb: Embedder = _Anisotropic()
     vecs = emb.embed(list(FILLER))
     assert float(vecs[0] @ vecs[1]) > 0.85  # unrelated texts look alike here
     counts = {}
     for center in (None, False):
-        with DynamicMemoryEngine(tmp_path / f"a{center}.db", clock=clock, memory_embedder=emb) as e:
+        with make_engine(f"a{center}", memory_embedder=emb) as e:
             me = e.agent("alice")
             fillers(me)
             put(me, KEY)
@@ -471,7 +468,7 @@ def _state(agent: Agent) -> list[tuple[str, bool, float, int]]:
 
 
 def test_an_interrupted_run_commits_every_finished_item_and_converges(
-    tmp_path: Path, eng: DynamicMemoryEngine, alice: Agent, clock: FixedClock
+    make_engine: Callable[..., DynamicMemoryEngine], eng: DynamicMemoryEngine, alice: Agent, clock: FixedClock
 ) -> None:
     _pairs_store(alice, clock)
     archived = "SELECT coalesce(sum(archived), 0) FROM engram_memories"
@@ -492,7 +489,7 @@ def test_an_interrupted_run_commits_every_finished_item_and_converges(
     Reflector(alice).reflect()  # the next run picks up where this one stopped
 
     clock2 = FixedClock()
-    with DynamicMemoryEngine(tmp_path / "fresh.db", clock=clock2, memory_embedder=fake_embedder()) as fresh:
+    with make_engine("fresh", clock=clock2, memory_embedder=fake_embedder()) as fresh:
         other = fresh.agent("alice")
         _pairs_store(other, clock2)
         clock2.set(clock.now)
@@ -539,6 +536,7 @@ def test_include_shared_false_leaves_the_tenant_s_shared_memories_alone(alice: A
 # -- one run per tenant -----------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only  # the lock file beside the database; the lock itself is in the port contract
 def test_a_second_run_on_the_tenant_is_refused_from_threads_and_processes(
     eng: DynamicMemoryEngine, alice: Agent
 ) -> None:

@@ -22,6 +22,8 @@ import pytest
 
 from engramdb import DynamicMemoryEngine, MemoryScope, ScopeViolation, TransactionError
 
+pytestmark = pytest.mark.sqlite_only  # SQLite's own machinery; other backends have their own suite
+
 THREADS = 16
 ROUNDS = 30
 AGENTS = [f"w{k}" for k in range(4)]
@@ -378,6 +380,7 @@ ROWS_PER_PROCESS = 150
 _WORKER = r"""
 import os, time
 from engramdb import DynamicMemoryEngine
+
 
 deadline = time.monotonic() + 30
 while not os.path.exists(GO) and time.monotonic() < deadline:

@@ -39,6 +39,8 @@ from engramdb import (
     TransactionError,
 )
 
+pytestmark = pytest.mark.sqlite_only  # SQLite's own machinery; other backends have their own suite
+
 AGENTS = ("a", "a-b", "ab", "researcher")
 
 SHARED_SECRET = "SECRET-shared-5d1f0c"

@@ -32,6 +32,8 @@ from engramdb import (
 )
 from engramdb.storage.sqlite import scope as scope_module
 
+pytestmark = pytest.mark.sqlite_only  # SQLite's own machinery; other backends have their own suite
+
 
 @pytest.fixture
 def eng(tmp_path: Path) -> Iterator[DynamicMemoryEngine]:

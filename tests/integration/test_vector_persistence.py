@@ -25,6 +25,8 @@ from engramdb.testing import FixedClock, fake_embedder
 from engramdb.vectors.ann import AnnIndex
 from engramdb.vectors.npz import write_arrays
 
+pytestmark = pytest.mark.sqlite_only  # SQLite's own machinery; other backends have their own suite
+
 pytest.importorskip("faiss")  # the side file holds an AnnIndex
 
 COLOURS = ("red", "green", "blue", "amber", "violet")
@@ -348,6 +350,7 @@ def test_no_side_file_without_a_trained_ann_index_on_a_file(tmp_path: Path, cloc
 def test_tenant_files_keep_a_side_file_per_tenant(
     tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+
     options: dict[str, Any] = {"clock": clock, "memory_embedder": fake_embedder(), "vector_index": small_ann}
     expected = {}
     with TenantFiles(tmp_path / "tenants", **options) as files:

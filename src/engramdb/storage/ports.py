@@ -372,7 +372,8 @@ class AccessStream(Protocol):
         trace_ref: str | None = None,
         recall_id: str | None = None,
     ) -> None:
-        """Append one record per touch (the query is kept to its first 200 characters)."""
+        """Append one record per touch (the query is kept to its first 200 characters; of the
+        components, the four that make the score: rel, rec, imp and spread)."""
         ...
 
     def records(self, key: int) -> list[AccessRecord]:

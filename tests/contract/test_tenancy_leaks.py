@@ -1,7 +1,8 @@
 """The leak suite: nothing crosses a tenant, a namespace or a confidentiality cap, on any path.
 
 A small world — two tenants, two agents, every level, private and shared, linked, read — is built
-on both layouts (tenants sharing one database, and a database per tenant). Every memory carries a
+on both layouts (tenants sharing one store on the backend under test, and — SQLite — a database
+file per tenant). Every memory carries a
 unique marker word. A viewer (tenant, agent, cap) may see exactly the memories of its tenant that
 are shared or its own, at or below its cap; for everything else neither the marker nor the id may
 appear in anything a public method returns, and an id it may not see must answer exactly like a
@@ -11,7 +12,6 @@ link or a merge into a lower level, a recall asking above the cap.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from engramdb import (
     DynamicMemoryEngine,
     EdgeType,
     Explanation,
+    Memory,
     NotFound,
     Recall,
     ScoringConfig,
@@ -79,16 +80,26 @@ class World:
         return [s for s in self.seeds if s.id not in ok]
 
 
-def make_source(layout: str, tmp_path: Path, clock: FixedClock, **options: Any) -> Any:
-    options.setdefault("memory_embedder", fake_embedder())
-    if layout == "one-store":
-        return DynamicMemoryEngine(tmp_path / "m.db", clock=clock, **options)
-    return TenantFiles(tmp_path / "tenants", clock=clock, **options)
+@pytest.fixture
+def make_source(
+    make_engine: Callable[..., DynamicMemoryEngine], backend_name: str, tmp_path: Path, clock: FixedClock
+) -> Callable[..., Any]:
+    """``make_source(layout, **options)``: one store of the backend under test, or a file per tenant."""
+
+    def make(layout: str, **options: Any) -> Any:
+        options.setdefault("memory_embedder", fake_embedder())
+        if layout == "one-store":
+            return make_engine(**options)
+        if backend_name != "sqlite":
+            pytest.skip("a database file per tenant is the SQLite layout")
+        return TenantFiles(tmp_path / "tenants", clock=clock, **options)
+
+    return make
 
 
 @pytest.fixture(params=LAYOUTS)
-def source(request: pytest.FixtureRequest, tmp_path: Path, clock: FixedClock) -> Iterator[Any]:
-    src = make_source(request.param, tmp_path, clock)
+def source(request: pytest.FixtureRequest, make_source: Callable[..., Any]) -> Iterator[Any]:
+    src = make_source(request.param)
     yield src
     src.close()
 
@@ -300,23 +311,18 @@ def test_prune_counts_only_what_the_namespace_sees(world: World, clock: FixedClo
 # -- spreading, notes and edges that should never exist ------------------------------------------
 
 
-def _raw_edge(path: Path, src: str, dst: str, tenant: str, etype: str = "related") -> None:
-    db = sqlite3.connect(path)
-    try:
-        with db:
-            n = {r[0]: r[1] for r in db.execute("SELECT id, n FROM engram_memories WHERE id IN (?, ?)", (src, dst))}
-            db.execute("INSERT INTO engram_edges VALUES (?, ?, ?, 1.0, ?, 0, 'raw')", (n[src], n[dst], etype, tenant))
-    finally:
-        db.close()
+def _raw_edge(eng: DynamicMemoryEngine, src: Memory, dst: Memory, tenant: str, etype: str = "related") -> None:
+    """An edge written through the storage port itself, past every check of the API."""
+    keys = [eng.backend.memories.key_of(m.tenant, m.id) for m in (src, dst)]
+    assert None not in keys
+    eng.backend.edges.put(tenant, [(keys[0], keys[1], etype, 1.0)], now=0.0, by="raw", replace=False)  # type: ignore[list-item]
 
 
-def test_spreading_and_notes_neither_leak_nor_relay_over_edges_the_api_refuses(
-    tmp_path: Path, clock: FixedClock
-) -> None:
+def test_spreading_and_notes_neither_leak_nor_relay_over_edges_the_api_refuses(make_source: Callable[..., Any]) -> None:
     """Edges written behind the API's back (an old file, another tool) to another tenant, another
     agent's private memory, or a higher level: recall must neither show the far end, nor relay
     through it, nor quote it in a 'contradicted by' note."""
-    with make_source("one-store", tmp_path, clock) as eng:
+    with make_source("one-store") as eng:
         me = eng.agent("alice", tenant="acme")
         start = me.remember("the lighthouse beacon schedule")
         beyond = me.remember("zqbeyond marmalade quartz")  # no word of the query
@@ -326,8 +332,8 @@ def test_spreading_and_notes_neither_leak_nor_relay_over_edges_the_api_refuses(
             "higher level": me.remember("zqlevel marmalade", confidentiality=RESTRICTED),
         }
         for far in hidden.values():
-            _raw_edge(eng.path, start.id, far.id, "acme", "contradicts")
-            _raw_edge(eng.path, far.id, beyond.id, "acme", "causes")
+            _raw_edge(eng, start, far, "acme", "contradicts")
+            _raw_edge(eng, far, beyond, "acme", "causes")
         viewer = capped_handle(eng, "acme", "alice", CONFIDENTIAL)
         forbidden = [
             Seed(m.id, m.tenant, m.author, False, m.confidentiality, m.content.split()[0]) for m in hidden.values()
@@ -354,13 +360,11 @@ def _snapshot(ns: NamespacedMemory, scope: TenantScope, text: str, k: int) -> An
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_another_tenants_data_changes_no_score_a_tenant_is_shown(
-    tmp_path: Path, clock: FixedClock, layout: str
-) -> None:
+def test_another_tenants_data_changes_no_score_a_tenant_is_shown(make_source: Callable[..., Any], layout: str) -> None:
     """Scores and their components (BM25 included) must be the same with or without a neighbour:
     a shared full-text index computes BM25 from every tenant's rows, so a tenant could read
     another's term frequencies off the `bm25` it is shown."""
-    with make_source(layout, tmp_path, clock) as source:
+    with make_source(layout) as source:
         ns = NamespacedMemory(source, "alice")
         acme, globex = TenantScope("acme"), TenantScope("globex")
         ns.store(acme, MemoryEntry("the merger with zorblax closes in march"))
@@ -373,9 +377,9 @@ def test_another_tenants_data_changes_no_score_a_tenant_is_shown(
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_another_tenants_data_changes_no_answer(tmp_path: Path, clock: FixedClock, layout: str) -> None:
+def test_another_tenants_data_changes_no_answer(make_source: Callable[..., Any], layout: str) -> None:
     """With the lexical candidates cut at the top N by BM25, a neighbour's rows move the cut."""
-    with make_source(layout, tmp_path, clock, memory_embedder=None, scoring=ScoringConfig(candidates=2)) as source:
+    with make_source(layout, memory_embedder=None, scoring=ScoringConfig(candidates=2)) as source:
         ns = NamespacedMemory(source, "alice")
         acme, globex = TenantScope("acme"), TenantScope("globex")
         for text in ("alpha one", "alpha two", "beta three"):

@@ -1,4 +1,5 @@
-"""Spec 002 through `NamespacedMemory`: scopes, the store contract, builders, async mirrors, layouts.
+"""The `MemoryStore` contract of spec 002 through `NamespacedMemory`, on the backend under test:
+scopes, store / recall / update / forget / add_link / prune, builders, async mirrors, layouts.
 
 The leak suite (every path, across tenants, agents and levels) is in ``test_tenancy_leaks.py``.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,8 @@ DAY = 86_400.0
 
 
 @pytest.fixture
-def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=fake_embedder())
-    yield e
-    e.close()
+def eng(make_engine: Callable[..., DynamicMemoryEngine]) -> DynamicMemoryEngine:
+    return make_engine(memory_embedder=fake_embedder())
 
 
 @pytest.fixture
@@ -329,6 +328,7 @@ def test_concurrent_async_recalls_stay_in_their_tenants(eng: DynamicMemoryEngine
 # -- layouts: one store, or a file per tenant ---------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_one_store_keeps_memories_apart_but_its_sql_tables_are_per_database(eng: DynamicMemoryEngine) -> None:
     """One engine = one database: memories are per tenant (rows), raw SQL tables are not."""
     acme, globex = eng.agent("alice", tenant="acme"), eng.agent("alice", tenant="globex")
@@ -339,6 +339,19 @@ def test_one_store_keeps_memories_apart_but_its_sql_tables_are_per_database(eng:
     assert globex.memories() == []
 
 
+@pytest.mark.postgres_only
+def test_on_a_server_each_tenant_has_its_own_sql_tables(eng: DynamicMemoryEngine) -> None:
+    """PostgreSQL keeps the raw-SQL tables of each tenant in schemas of their own."""
+    acme, globex = eng.agent("alice", tenant="acme"), eng.agent("alice", tenant="globex")
+    acme.shared.execute("CREATE TABLE shared_notes (body TEXT)")
+    acme.shared.execute("INSERT INTO shared_notes VALUES ('acme only')")
+    assert "shared_notes" not in globex.shared.list_tables()
+    globex.shared.execute("CREATE TABLE shared_notes (body TEXT)")  # its own, unrelated table
+    assert globex.shared.query("SELECT body FROM shared_notes") == []
+    assert acme.shared.query("SELECT body FROM shared_notes") == [("acme only",)]
+
+
+@pytest.mark.sqlite_only
 def test_tenant_files_give_each_tenant_its_own_database(tmp_path: Path, clock: FixedClock) -> None:
     with TenantFiles(tmp_path / "tenants", clock=clock, memory_embedder=fake_embedder()) as files:
         ns = NamespacedMemory(files, "alice")

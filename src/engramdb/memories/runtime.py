@@ -77,6 +77,7 @@ class Runtime:
         self._vector_file = vector_file
         self._lock = threading.Lock()
         self._parts: tuple[Embedder | None, VectorChannel | None, Recaller] | None = None
+        self._closed = False
 
     # -- parts made on first use ----------------------------------------------------------------
 
@@ -156,7 +157,12 @@ class Runtime:
             side_file_for(self.store.cache_file, embedder.name).unlink()
 
     def close(self) -> None:
-        """Save the vector side file when enough changed, then close the store."""
+        """Save the vector side file when enough changed, then close the store. Closing again
+        does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         parts = self._parts
         try:
             if parts is not None and parts[1] is not None:

@@ -62,6 +62,12 @@ class Agent:
     """
 
     __slots__ = ("_principal", "_private", "_private_lock", "_private_scope", "_runtime", "_shared")
+    _principal: Principal
+    _private: Callable[[], MemoryScope]
+    _private_lock: threading.Lock
+    _private_scope: MemoryScope | None
+    _runtime: Runtime
+    _shared: MemoryScope
 
     def __init__(
         self,
@@ -74,14 +80,27 @@ class Agent:
         shared: MemoryScope,
         private: Callable[[], MemoryScope],
     ) -> None:
-        self._runtime = runtime
-        self._principal = Principal(
+        # The handle is fixed once made (no attribute can be set afterwards, see __setattr__), so
+        # one given to an LLM tool cannot be widened; hence object.__setattr__ here.
+        put = object.__setattr__
+        put(self, "_runtime", runtime)
+        principal = Principal(
             check_tenant(tenant), check_agent_id(agent_id), check_level(cap, "cap"), check_level(floor, "floor")
         )
-        self._shared = shared
-        self._private = private
-        self._private_scope: MemoryScope | None = None
-        self._private_lock = threading.Lock()
+        put(self, "_principal", principal)
+        put(self, "_shared", shared)
+        put(self, "_private", private)
+        put(self, "_private_scope", None)
+        put(self, "_private_lock", threading.Lock())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"an agent handle is fixed at construction; cannot set {name!r} "
+            "(ask the engine for another handle: engine.agent(agent_id, tenant=…, cap=…, floor=…))"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"an agent handle is fixed at construction; cannot delete {name!r}")
 
     def __repr__(self) -> str:
         p = self._principal
@@ -128,7 +147,8 @@ class Agent:
         scope = self._private_scope
         if scope is None:
             with self._private_lock:
-                scope = self._private_scope = self._private_scope or self._private()
+                scope = self._private_scope or self._private()
+                object.__setattr__(self, "_private_scope", scope)
         return scope
 
     # -- writing ------------------------------------------------------------------------------

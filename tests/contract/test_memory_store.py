@@ -382,3 +382,18 @@ def test_tenant_file_names_are_safe_and_distinct() -> None:
     assert len(names) == 7
     assert all("/" not in n and not n.startswith(".") and n.endswith(".db") for n in names)
     assert tenant_file_name("acme").startswith("acme-")
+
+
+def test_an_agent_handle_cannot_be_widened_after_it_is_made(eng: DynamicMemoryEngine) -> None:
+    """A capped handle given to an LLM tool stays capped: no attribute of it can be set or deleted."""
+    capped = eng.agent("alice", cap=INTERNAL, floor=INTERNAL)
+    secret = eng.agent("alice").remember("zqsecret launch date", confidentiality=RESTRICTED)
+    for name in ("cap", "floor", "_principal", "tenant", "_runtime", "anything"):
+        with pytest.raises(AttributeError, match="fixed at construction"):
+            setattr(capped, name, RESTRICTED)
+    with pytest.raises(AttributeError):
+        del capped._principal
+    assert (capped.cap, capped.floor) == (INTERNAL, INTERNAL)
+    assert capped.private is capped.private  # the private scope is still made once, on first use
+    with pytest.raises(NotFound):
+        capped.get(secret.id)

@@ -112,3 +112,16 @@ def test_the_upgraded_store_takes_writes_and_recalls_them(upgraded: DynamicMemor
     upgraded.close()
     with DynamicMemoryEngine(upgraded.path, memory_embedder=fake_embedder(64), vector_file=False) as again:
         assert again.agent("ada").get(m.id, touch=False).content == m.content
+
+
+def test_migrations_are_append_only() -> None:
+    """Released migrations are never renamed, renumbered or dropped: a store records them by
+    number and name, and an old file is brought up by running only those it lacks."""
+    from engramdb.storage.sqlite.migrations import MIGRATIONS
+
+    released = [
+        (1, "meta"), (2, "row_vectors"), (3, "sqlite_sequence"), (4, "memories"), (5, "tombstones"),
+        (6, "fts_per_tenant"), (7, "drop_fts"), (8, "instance_id"), (9, "snowball_terms"),
+    ]  # fmt: skip
+    assert [(m.version, m.name) for m in MIGRATIONS][: len(released)] == released
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))

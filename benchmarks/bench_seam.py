@@ -81,7 +81,12 @@ def main() -> None:
         for side, (tree, python) in trees.items():
             t0 = time.perf_counter()
             recall = run(tree, python, "bench_recall.py", ["--sizes", *sizes, "--peer-sizes"])
-            sql = run(tree, python, "bench_sql_engine.py", ["--sizes", *sizes, "--repeats", str(args.sql_repeats), "--no-peer"])
+            sql = run(
+                tree,
+                python,
+                "bench_sql_engine.py",
+                ["--sizes", *sizes, "--repeats", str(args.sql_repeats), "--no-peer"],
+            )
             rounds[side].append(figures(recall, sql))
             print(f"round {i + 1}/{args.rounds} {side}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     keys = list(rounds["after"][0])

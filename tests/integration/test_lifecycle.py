@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.rawsql import raw_count
 
 from engramdb import (
     Confidentiality,
@@ -26,6 +25,7 @@ from engramdb import (
 )
 from engramdb.memories.forgetting import guarded, prunable, stability
 from engramdb.testing import FixedClock
+from tests.rawsql import raw_count
 
 HOUR, DAY = 3600.0, 86_400.0
 

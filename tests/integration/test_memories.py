@@ -7,12 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.rawsql import raw_count
 
 from engramdb import DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
 from engramdb.embeddings.hashing import HashingEmbedder
 from engramdb.testing import FixedClock
+from tests.rawsql import raw_count
 
 DAY = 86_400.0
 

@@ -7,7 +7,6 @@ import threading
 from typing import Any
 
 import pytest
-from tests.rawsql import raw_count
 
 from engramdb import DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
@@ -26,6 +25,7 @@ from engramdb.memories.prospective import (
     trigger_of,
 )
 from engramdb.testing import FixedClock
+from tests.rawsql import raw_count
 
 HOUR = 3600.0
 START = 1_764_000_000.0  # FixedClock's default: 2025-11-24T16:00:00Z

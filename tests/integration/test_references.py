@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.rawsql import raw_count
 
 from engramdb import DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
@@ -14,6 +13,7 @@ from engramdb.memories.model import Channel, MemoryRef
 from engramdb.memories.prospective import intend
 from engramdb.memories.references import FileResolver, ReferenceResolvers, ResolvedRef, resolve_refs
 from engramdb.retrieval.results import Recall
+from tests.rawsql import raw_count
 
 START = 1_764_000_000.0
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.rawsql import raw_count
 
 from engramdb import DynamicMemoryEngine, TransactionError, ValidationError
 from engramdb.agent import Agent
@@ -29,6 +28,7 @@ from engramdb.memories.reflection import (
 from engramdb.memories.scoring import sigmoid
 from engramdb.storage.sqlite.locks import lock_path
 from engramdb.testing import FixedClock, fake_embedder
+from tests.rawsql import raw_count
 
 HOUR = 3600.0
 DAY = 24 * HOUR

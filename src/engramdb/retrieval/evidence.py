@@ -10,11 +10,16 @@ What the engine writes (markers, provenance labels) is kept apart from what it q
       --- UNTRUSTED EVIDENCE END (id 3f9a0c1d2b4e5f60) ---
 
 - Every quoted field is cleaned: invisible format characters (zero-width, bidi controls, Unicode
-  tags) and control characters are removed, the text is NFKC-normalised; a line that looks like a
-  marker in any case, spacing or dash style loses the marker words; a line that opens with a
-  chat role (``SYSTEM:``, ``assistant:`` …) is relabelled as quoted; anything shaped like a
-  provenance label is re-bracketed; continuation lines are indented so that no quoted line starts
-  where the engine's lines start.
+  tags, variation selectors, fillers) and control characters are removed, the text is
+  NFKC-normalised, and every line break Unicode knows (``\r``, ``\v``, ``\f``, NEL, U+2028,
+  U+2029 …) is a line break; a line that looks like a marker in any case, spacing or dash style
+  loses the marker words; a line that opens with a chat role or a tool frame (``SYSTEM:``,
+  ``assistant:``, ``Tool output:``, ``Observation:`` …) is relabelled as quoted; chat-template
+  control tokens (``<|im_start|>``, ``[INST]``, ``<</SYS>>``, ``<start_of_turn>`` …) are
+  removed; tags that open or close an evidence, document, tool-result or role wrapper
+  (``</evidence>``, ``<system>`` …) lose their angle brackets; anything shaped like a provenance
+  label is re-bracketed; continuation lines are indented so that no quoted line starts where the
+  engine's lines start.
 """
 
 from __future__ import annotations
@@ -67,8 +72,29 @@ _DASHES = dict.fromkeys(
 _MARKER = re.compile(r"untrusted[\W_]*evidence|evidence[\W_]*(?:start|end|begin)", re.IGNORECASE)
 _RULE_LINE = re.compile(r"^\s*-{3,}")
 _ROLE = re.compile(
-    r"^[\W_]*(system|assistant|user|developer|human|ai|tool|function|model|instructions?)[\W_]*(:|>)",
+    r"^[\W_]*(system|assistant|user|developer|human|ai|tool|function|model|instructions?|observation|"
+    r"context|result|output|response)"
+    r"(?:[\W_]*(?:output|result|response|call|message|prompt|instructions?|returned|says|reply))?[\W_]*(:|>)",
     re.IGNORECASE,
+)
+#: chat-template control tokens of common model families (ChatML, Llama 2/3, Gemma, Mistral, GPT)
+_CONTROL_TOKEN = re.compile(
+    r"<\|[^|<>\n]{0,40}\|>|<\s*/?\s*s\s*>|\[\s*/?\s*INST\s*\]|<<\s*/?\s*SYS\s*>>|"
+    r"<\s*/?\s*(?:start|end)_of_turn\s*>|<\s*/?\s*(?:bos|eos|pad|unk|sep|cls)\s*>",
+    re.IGNORECASE,
+)
+#: tags a wrapper around evidence, documents, tool results or chat turns might use
+_WRAPPER_TAG = re.compile(
+    r"<\s*(/?)\s*((?:untrusted[\w-]*|evidence|documents?|context|search_results?|results?|tool_(?:result|output|call|response)s?|"
+    r"function_(?:results?|calls?|response)|retrieved[\w-]*|sources?|memory|memories|data|quote|"
+    r"system|user|assistant|human|developer|instructions?|im_start|im_end)\b[^<>\n]{0,200}?)\s*(/?)>",
+    re.IGNORECASE,
+)
+#: invisible characters that are not format (Cf) characters: variation selectors, the combining
+#: grapheme joiner, Hangul fillers, the braille blank
+_INVISIBLE = dict.fromkeys(
+    [*range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0), 0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800],
+    None,
 )
 _LABEL = re.compile(r"\[([^\[\]\n]{0,80}?\b(?:row|memory|id)\b[^\[\]\n]{0,80}?)\]", re.IGNORECASE)
 
@@ -90,8 +116,11 @@ def clean_text(text: str, *, single_line: bool = False) -> str:
     # isprintable() is False for every Cf/Cc/Co/Cs/Cn character (and for separators other than
     # the space), so the per-character filter runs only on text that needs it.
     if not text.replace("\n", "").replace("\t", "").isprintable():
+        # Every line break Unicode knows becomes "\n" first, so a role line after U+2028 or a
+        # bare "\r" is seen at the start of its line (and "\r", "\v" are not simply dropped).
+        text = "\n".join(text.splitlines())
         text = "".join(ch for ch in text if _visible(ch))
-    text = text.translate(_DASHES)
+    text = text.translate(_INVISIBLE).translate(_DASHES)
     text = text.replace("\t", " ")
     if single_line:
         text = " ".join(text.split())
@@ -99,6 +128,9 @@ def clean_text(text: str, *, single_line: bool = False) -> str:
 
 
 def _neutralise_line(line: str) -> str:
+    if "<" in line or "[" in line:
+        line = _CONTROL_TOKEN.sub("(control token removed)", line)
+        line = _WRAPPER_TAG.sub(lambda m: f"‹{m.group(1)}{m.group(2)}{m.group(3)}›", line)
     if _MARKER.search(line):
         line = _MARKER.sub("[marker text removed]", line)
     if _RULE_LINE.match(line):

@@ -346,10 +346,16 @@ class Agent:
                 f"explain() takes a Recall or a str (recall id or query), got {type(recall_or_query).__name__}"
             )
         rid = recall_or_query.recall_id if isinstance(recall_or_query, Recall) else recall_or_query
-        if isinstance(rid, str) and rid.startswith("rc_"):
+        if isinstance(rid, str) and (isinstance(recall_or_query, Recall) or reading.looks_like_recall_id(rid)):
             found = reading.replay(self._runtime, self._principal, rid)
             if found is not None:
                 return found
+            if isinstance(recall_or_query, Recall):
+                raise NotFound("that recall was a dry run or belongs to another agent; nothing to replay")
+            raise NotFound(
+                f"no recall {rid!r} of this agent is on record (an unknown id, or another agent's); "
+                "to explain a query instead, pass its text"
+            )
         if isinstance(recall_or_query, Recall):
             raise NotFound("that recall was a dry run or belongs to another agent; nothing to replay")
         reading.check_k(k, hops)

@@ -166,8 +166,16 @@ def test_explain_replays_a_past_recall_from_the_stream(me: Agent, clock: FixedCl
 def test_explain_of_another_agents_recall_is_not_replayed(eng: DynamicMemoryEngine, me: Agent) -> None:
     me.remember("shared budget numbers", shared=True)
     r = me.recall("budget numbers")
-    ex = eng.agent("bob").explain(r.recall_id or "")
-    assert ex.recall_id is None  # treated as a query text, not a replay of alice's recall
+    assert r.recall_id is not None
+    with pytest.raises(NotFound) as theirs:
+        eng.agent("bob").explain(r.recall_id)  # not replayed, and not run as a query text either
+    with pytest.raises(NotFound) as unknown:
+        eng.agent("bob").explain("rc_0123456789abcdef")
+    # another agent's recall reads exactly like an unknown id
+    assert str(theirs.value).replace(r.recall_id, "X") == str(unknown.value).replace("rc_0123456789abcdef", "X")
+    assert "unknown id" in str(unknown.value)
+    assert me.explain(r.recall_id).recall_id == r.recall_id
+    assert me.explain("rc_ budget numbers").recall_id is None  # any other text is a dry-run query
 
 
 def test_types_filter_and_k(me: Agent) -> None:

@@ -417,13 +417,13 @@ CASES: list[tuple[str, str, str, tuple[type[BaseException], ...]]] = [
     # --- temp objects shadowing shared ones
     ("temp-table-shadow", S, "CREATE TEMP TABLE shared_notes (x)", FD),
     ("temporary-table", S, "CREATE TEMPORARY TABLE shared_tmp (x)", FD),
-    ("temp-dot-table", S, "CREATE TABLE temp.shared_notes (x)", SV),
-    ("quoted-temp-dot-table", S, 'CREATE TABLE "temp"."shared_tmp" (x)', SV),
+    ("temp-dot-table", S, "CREATE TABLE temp.shared_notes (x)", FD),  # DDL outside the safelist
+    ("quoted-temp-dot-table", S, 'CREATE TABLE "temp"."shared_tmp" (x)', FD),
     ("temp-view", S, "CREATE TEMP VIEW shared_v AS SELECT * FROM private_ab_t", FD),
     ("read-temp-foreign", S, "SELECT * FROM temp.private_ab_t", SV),
     ("read-temp-own-name", S, "SELECT * FROM temp.shared_notes", SV_OR_MISSING),
     ("insert-temp-own-name", S, "INSERT INTO temp.shared_notes (content) VALUES ('x')", SV_OR_MISSING),
-    ("temp-dot-index", S, "CREATE INDEX temp.shared_ti ON shared_notes(content)", SV),
+    ("temp-dot-index", S, "CREATE INDEX temp.shared_ti ON shared_notes(content)", FD),
     # --- views and triggers
     ("view-over-foreign", S, "CREATE VIEW shared_v AS SELECT * FROM private_ab_t", FD),
     ("view-harmless", S, "CREATE VIEW shared_v AS SELECT 1", FD),

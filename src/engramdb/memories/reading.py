@@ -4,6 +4,7 @@ recall for `explain`. Everything is read as the `Principal` sees it, through the
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from typing import TypedDict, cast
 
@@ -142,6 +143,14 @@ def export(rt: Runtime, who: Principal, *, include_archived: bool = False) -> li
         record["edges"] = [dataclasses.asdict(e) for e in edges(rt, who, m.id) if e.source == m.id]
         out.append(cast(MemoryRecord, record))
     return out
+
+
+_RECALL_ID = re.compile(r"rc_[0-9a-f]{16}")
+
+
+def looks_like_recall_id(text: str) -> bool:
+    """True for text shaped like the ids recalls are given (``rc_`` and 16 hex digits)."""
+    return _RECALL_ID.fullmatch(text) is not None
 
 
 def replay(rt: Runtime, who: Principal, recall_id: str) -> Explanation | None:

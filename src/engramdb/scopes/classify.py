@@ -215,6 +215,16 @@ def _classify_create(tokens: list[Token]) -> Statement:
     if i < len(words) and words[i] == "UNIQUE":
         i += 1
     what = words[i] if i < len(words) else ""
+    if what in ("TABLE", "INDEX"):
+        # `CREATE TABLE temp.x` is a temporary table under another spelling: outside the safelist
+        # (the authorizer refuses temp objects in any case; this only makes it read as DDL).
+        j = _skip_if_not_exists(tokens, i + 1)
+        if (
+            j + 1 < len(tokens)
+            and tokens[j + 1].text == "."
+            and tokens[j].text.strip('"`[]').upper() in ("TEMP", "TEMPORARY")
+        ):
+            raise _forbidden(f"CREATE {what} temp.…")
     if what == "TABLE":
         name, j = _name_after(tokens, _skip_if_not_exists(tokens, i + 1))
         if name is None:

@@ -29,6 +29,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from engramdb.errors import (
     BackendError,
+    ConfigError,
     ConstraintError,
     EngramError,
     ResourceLimitExceeded,
@@ -109,14 +110,37 @@ class _Local(threading.local):
         self.state = ThreadState()
 
 
+def _database_file(path: str | os.PathLike[str]) -> Path:
+    """The database file at `path`. Its folder is made only when that alone is missing (the
+    ``.engramdb/`` of ``.engramdb/memory.db``); a deeper missing tree is a `ConfigError`, since a
+    typo should not silently make folders, and so is a path that names a folder."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise ConfigError(f"{file} is a folder; give the path of the database file in it, e.g. {file / 'memory.db'}")
+    folder = file.parent
+    if not folder.exists():
+        if not folder.parent.is_dir():
+            raise ConfigError(
+                f"cannot create {file}: the folder {folder.parent} does not exist; create it first "
+                "(engramdb makes at most the database's own folder)"
+            )
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise BackendError(f"cannot create the folder {folder}: {exc.strerror or exc}") from None
+    elif not folder.is_dir():
+        raise ConfigError(f"cannot create {file}: {folder} is not a folder")
+    return file
+
+
 class SqliteStore:
     """The engine's SQLite file: per-thread connections by role, and its lifecycle."""
 
     def __init__(self, path: str | os.PathLike[str], settings: SqliteSettings) -> None:
-        if settings.synchronous.upper() not in _SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        if not isinstance(settings.synchronous, str) or settings.synchronous.upper() not in _SYNCHRONOUS:
+            raise ConfigError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {settings.synchronous!r}")
         if not isinstance(settings.secure_delete, str) or settings.secure_delete.upper() not in ("FAST", "ON"):
-            raise ValueError('secure_delete must be "FAST" or "ON" (forgotten text must not stay in the file)')
+            raise ConfigError('secure_delete must be "FAST" or "ON" (forgotten text must not stay in the file)')
         self.settings = settings
         self._cleanup: Any = None
         if str(path) == ":memory:":
@@ -125,8 +149,7 @@ class SqliteStore:
             tmpdir = tempfile.mkdtemp(prefix="engramdb-")
             self._cleanup = weakref.finalize(self, shutil.rmtree, tmpdir, True)
             path = Path(tmpdir) / "memory.db"
-        self.path = Path(path).expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = _database_file(path)
         #: ``local.state`` is the calling thread's `ThreadState`; the scope's hot path reads it
         #: directly (close() replaces `local`, so nothing may keep a reference to it)
         self.local = _Local()

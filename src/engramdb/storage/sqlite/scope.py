@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engramdb.errors import ResourceLimitExceeded, ScopeViolation, SqlError
+from engramdb.errors import ResourceLimitExceeded, ScopeViolation, SqlError, ValidationError
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import ExecResult, MemoryScope, Params, Row, RowVectorStore
@@ -156,11 +156,16 @@ class SqliteScope(MemoryScope):
         The read holds its snapshot until the generator is exhausted or closed; close it (or
         use it in a ``for`` loop that ends) before writing on this scope from the same thread.
         """
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValidationError(f"batch must be a whole number of rows, 1 or more, got {batch!r}")
         stmt = classify(sql)
         if stmt.kind is not Kind.READ:
             raise ScopeViolation("stream() runs SELECT statements only")
         if stmt.reserved:
             self._check_reserved(stmt)
+        return self._stream(stmt, sql, params, batch)
+
+    def _stream(self, stmt: Statement, sql: str, params: Params, batch: int) -> Generator[list[Row], None, None]:
         conn = self._conn()
         policy = conn.policy
         assert policy is not None

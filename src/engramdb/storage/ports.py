@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self, TypeAlias
 
+from engramdb.errors import ValidationError
 from engramdb.memories.model import (
     AccessRecord,
     Channel,
@@ -576,6 +577,23 @@ class MemoryScope(abc.ABC):
             raise
         self.commit()
 
+    def read_page(self, sql: str, params: Params = None, *, limit: int) -> Page:
+        """Run one read and return at most `limit` rows, their column names, and whether more
+        rows were left unread (the SQL tool's view). This default reads through `stream` and
+        knows no column names; an adapter overrides it to name them."""
+        if limit < 1:
+            raise ValidationError("limit must be at least 1")
+        rows: list[Row] = []
+        gen = self.stream(sql, params, batch=limit + 1)
+        try:
+            for batch in gen:
+                rows.extend(batch)
+                if len(rows) > limit:
+                    break
+        finally:
+            gen.close()
+        return Page((), rows[:limit], len(rows) > limit)
+
     @abc.abstractmethod
     def list_tables(self) -> list[str]:
         """The tables of this namespace only, sorted by name."""
@@ -591,6 +609,15 @@ class MemoryScope(abc.ABC):
 
 Params: TypeAlias = Sequence[Any] | Mapping[str, Any] | None
 Row: TypeAlias = tuple[Any, ...]
+
+
+class Page(NamedTuple):
+    """What `MemoryScope.read_page` read: column names (empty when the adapter cannot tell),
+    the first rows, and whether more were left unread."""
+
+    columns: tuple[str, ...]
+    rows: list[Row]
+    more: bool
 
 
 class ExecResult(NamedTuple):

@@ -10,12 +10,13 @@ when the handle is made. A handle given to an LLM tool cannot be widened by sett
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from engramdb.errors import NotFound, ValidationError
-from engramdb.memories import prospective, reading, writing
+from engramdb.memories import prospective, reading, transfer, writing
 from engramdb.memories.model import (
     AccessRecord,
     Channel,
@@ -37,6 +38,7 @@ from engramdb.memories.reflection import Reasoner, Reconciler, ReflectionConfig,
 from engramdb.memories.runtime import Runtime
 from engramdb.memories.writing import MemoryFields
 from engramdb.observability.stats import Stats
+from engramdb.progress import Progress
 from engramdb.retrieval.results import Explanation, Recall
 from engramdb.retrieval.when import When
 from engramdb.storage.ports import MemoryScope
@@ -174,12 +176,19 @@ class Agent:
         return self.remember_many([fields], dedup=dedup, force=force)[0]
 
     def remember_many(
-        self, items: Iterable[MemoryFields | Mapping[str, object]], *, dedup: bool = True, force: bool = False
+        self,
+        items: Iterable[MemoryFields | Mapping[str, object]],
+        *,
+        dedup: bool = True,
+        force: bool = False,
+        progress: Progress | None = None,
     ) -> list[Memory]:
         """Store many memories in one transaction (all or nothing); each item takes `remember`'s
         arguments. Dedup and tombstones apply per item as in `remember`; the result keeps the
-        order of `items` (a deduplicated item returns the memory it reinforced)."""
-        return writing.remember_many(self._runtime, self._principal, items, dedup=dedup, force=force)
+        order of `items` (a deduplicated item returns the memory it reinforced). `progress`
+        (``callable(stage, done, total)``, see `engramdb.progress`) hears stages ``embed`` and
+        ``store``."""
+        return writing.remember_many(self._runtime, self._principal, items, dedup=dedup, force=force, progress=progress)
 
     def get(self, memory_id: str, *, touch: bool = True) -> Memory:
         """The memory `memory_id` if this agent may see it, else `NotFound`.
@@ -356,6 +365,27 @@ class Agent:
         can also see (oldest first; no access is logged). Suitable for backup or migration."""
         return reading.export(self._runtime, self._principal, include_archived=include_archived)
 
+    def export_jsonl(self, out: IO[str] | str | os.PathLike[str]) -> int:
+        """Write everything this agent can see — memories (archived too) with their access
+        history summary and earlier versions, edges, tombstones — as JSON Lines to a path or a
+        text stream; the number of lines. `import_jsonl` reads it back losslessly (see
+        `engramdb.memories.transfer`)."""
+        return transfer.export_jsonl(self, out)
+
+    def import_jsonl(
+        self, source: IO[str] | str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> transfer.ImportReport:
+        """Import a JSON Lines export as this agent (its tenant; its own and shared records);
+        idempotent: what is already in the store is skipped. `progress` hears stage ``import``."""
+        return transfer.import_jsonl(self, source, progress=progress)
+
+    def import_records(
+        self, records: Iterable[Mapping[str, Any]], *, progress: Progress | None = None
+    ) -> transfer.ImportReport:
+        """Import export records — the lines of `export_jsonl` as dicts, or what `export` returns
+        — as this agent; see `import_jsonl`."""
+        return transfer.import_records(self, records, progress=progress)
+
     def memories(
         self, *, types: Sequence[MemoryType | str] | None = None, include_archived: bool = False
     ) -> list[Memory]:
@@ -373,15 +403,18 @@ class Agent:
         reasoner: Reasoner | None = None,
         steps: Sequence[str] | None = None,
         should_stop: StopSignal | None = None,
+        progress: Progress | None = None,
     ) -> ReflectionReport:
         """Consolidate in the stated order — merge near-duplicates, reconcile (with a `Reconciler`),
         link neighbours, rescore importance, abstract episodes (with a `Reasoner`), prune — and
         return a `ReflectionReport`. Each item commits on its own; `should_stop` (a callable or a
-        `threading.Event`) interrupts between items. One run per tenant at a time
-        (`TransactionError`). See `engramdb.memories.reflection`."""
+        `threading.Event`) interrupts between items; `progress` (``callable(stage, done, total)``)
+        hears ``reflect:<step>`` as each step starts and ends, counting steps. One run per tenant
+        at a time (`TransactionError`). See `engramdb.memories.reflection`."""
         return reflect(
-            self, config=config, reconciler=reconciler, reasoner=reasoner, steps=steps, should_stop=should_stop
-        )
+            self, config=config, reconciler=reconciler, reasoner=reasoner, steps=steps, should_stop=should_stop,
+            progress=progress,
+        )  # fmt: skip
 
     # -- prospective memory and live references -----------------------------------------------
 

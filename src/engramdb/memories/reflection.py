@@ -103,6 +103,7 @@ from engramdb.memories.runtime import Acting
 from engramdb.memories.scoring import base_level, recency
 from engramdb.memories.similarity import _load_vectors, _pairs, _Vectors
 from engramdb.memories.text import says_nothing_new
+from engramdb.progress import Progress, report
 from engramdb.retrieval.keywords import cue_terms
 from engramdb.storage.ports import Fold, Touch
 
@@ -170,10 +171,11 @@ def reflect(
     reasoner: Reasoner | None = None,
     steps: Sequence[str] | None = None,
     should_stop: StopSignal | None = None,
+    progress: Progress | None = None,
 ) -> ReflectionReport:
     """Run reflection for `agent` (every step, or `steps`, in the stated order); see `Reflector`."""
     return Reflector(agent, config, reconciler=reconciler, reasoner=reasoner).reflect(
-        steps=steps, should_stop=should_stop
+        steps=steps, should_stop=should_stop, progress=progress
     )
 
 
@@ -215,9 +217,19 @@ class Reflector:
 
     # -- public ------------------------------------------------------------------------------
 
-    def reflect(self, *, steps: Sequence[str] | None = None, should_stop: StopSignal | None = None) -> ReflectionReport:
-        """Run `steps` (default: all) in the stated order; `TransactionError` if a run holds the tenant."""
+    def reflect(
+        self,
+        *,
+        steps: Sequence[str] | None = None,
+        should_stop: StopSignal | None = None,
+        progress: Progress | None = None,
+    ) -> ReflectionReport:
+        """Run `steps` (default: all) in the stated order; `TransactionError` if a run holds the tenant.
+
+        `progress` hears stage ``reflect:<step>`` with (steps done, steps to run) as each step
+        starts and ends."""
         wanted = _check_steps(steps)
+        todo = [name for name in STEPS if name in wanted]
         stop = _stopper(should_stop)
         who = self.who
         t0 = time.perf_counter()
@@ -234,8 +246,10 @@ class Reflector:
                     reports.append(StepReport(name, interrupted=stopped_in == name, skipped=_INTERRUPTED))
                     continue
                 t = time.perf_counter()
+                report(progress, f"reflect:{name}", todo.index(name), len(todo))
                 tally = self._steps[name](run, stop)
                 reports.append(tally.freeze(time.perf_counter() - t))
+                report(progress, f"reflect:{name}", todo.index(name) + 1, len(todo))
                 if tally.interrupted:
                     stopped_in = name
                 log.info("reflection %s %s: %s", run.run_id, name, reports[-1])

@@ -117,6 +117,19 @@ class Fold:
 
 
 @dataclass(frozen=True, slots=True)
+class Restored:
+    """What an import sets on a memory it just inserted (`MemoryRows.restore`): the state that
+    use and lifecycle gave it in the store it was exported from."""
+
+    strength: int
+    version: int
+    archived: bool
+    old_count: int
+    old_newest: float | None
+    old_oldest: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Touch:
     """One access to log: which memory, how, and (for recalls) its rank and components."""
 
@@ -251,6 +264,11 @@ class MemoryRows(Protocol):
 
     def retire(self, key: int, retired_id: str, stamp: int) -> None:
         """Empty a forgotten memory: archived, text, labels and terms gone, id replaced by `retired_id`."""
+        ...
+
+    def restore(self, key: int, state: Restored, stamp: int) -> None:
+        """Set strength, version, archival and the older-access summary of memory `key` as
+        `state` says (an import, right after `insert`)."""
         ...
 
     def fold(self, keep: int, fold: Fold, dup: int, stamp: int) -> None:
@@ -389,6 +407,10 @@ class Tombstones(Protocol):
     """What is left of forgotten memories: value fingerprints, who, when, why."""
 
     def add(self, stone: Tombstone) -> None: ...
+
+    def listing(self, tenant: str, owners: Sequence[str]) -> list[Tombstone]:
+        """Every tombstone of `tenant` whose owner is among `owners`, oldest first (an export)."""
+        ...
 
     def find(self, tenant: str, owners: Sequence[str], hashes: Sequence[str]) -> dict[tuple[str, str], Tombstone]:
         """The latest tombstone of each (owner, content hash) asked about that has one."""

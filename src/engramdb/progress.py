@@ -14,13 +14,11 @@ that raises stops the work the way any error would (a `remember_many` then store
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import TypeAlias
 
-
-class Progress(Protocol):
-    """``progress(stage, done, total)``: see the module docstring."""
-
-    def __call__(self, stage: str, done: int, total: int | None) -> None: ...
+#: ``progress(stage, done, total)``: see the module docstring.
+Progress: TypeAlias = Callable[[str, int, int | None], None]
 
 
 def report(progress: Progress | None, stage: str, done: int, total: int | None) -> None:

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from engramdb.aio import in_thread
 from engramdb.errors import NotFound, ValidationError
 from engramdb.memories import prospective, reading, transfer, writing
 from engramdb.memories.model import (
@@ -488,3 +489,35 @@ class Agent:
         """The recall with each hit's references resolved live by `engine.resolvers` (or its
         preview, marked stale, when a resolver is missing or fails), as notes on the hits."""
         return resolve_refs(self, recall, self._runtime.resolvers, max_chars=max_chars)
+
+    # -- async mirrors (`engramdb.aio.in_thread`: each runs its sync twin in a worker thread) ----
+
+    aremember = in_thread(remember)
+    aremember_many = in_thread(remember_many)
+    aget = in_thread(get)
+    aupdate = in_thread(update)
+    ahistory = in_thread(history)
+    alink = in_thread(link)
+    aedges = in_thread(edges)
+    aforget = in_thread(forget)
+    aprune = in_thread(prune)
+    asupersede = in_thread(supersede)
+    arecall = in_thread(recall)
+    asearch = in_thread(search)
+    aexplain = in_thread(explain)
+    aaccesses = in_thread(accesses)
+    astats = in_thread(stats)
+    aexport = in_thread(export)
+    aexport_jsonl = in_thread(export_jsonl)
+    aimport_jsonl = in_thread(import_jsonl)
+    aimport_records = in_thread(import_records)
+    amemories = in_thread(memories)
+    areflect = in_thread(reflect)
+    aintend = in_thread(intend)
+    adue = in_thread(due)
+    atodos = in_thread(todos)
+    acomplete = in_thread(complete)
+    adrop = in_thread(drop)
+    areopen = in_thread(reopen)
+    aride_along = in_thread(ride_along)
+    aresolve_refs = in_thread(resolve_refs)

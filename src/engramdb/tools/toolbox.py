@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engramdb.aio import in_thread
 from engramdb.errors import CallerError, EngramError, ValidationError
 from engramdb.memories.model import Memory, MemoryType
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
@@ -209,6 +210,8 @@ class MemoryToolbox:
             return f"REFUSED ({type(exc).__name__}): {exc}. Nothing was changed. {advice}"
         except Exception as exc:  # the model must get a message, never a traceback
             return f"ERROR ({type(exc).__name__}): the tool failed: {exc}. Nothing was changed."
+
+    acall = in_thread(call)
 
     def _cap(self, text: str) -> str:
         limit = self._limits.max_result_chars

@@ -38,6 +38,7 @@ from engramdb.memories.references import resolve_refs
 from engramdb.memories.reflection import Reasoner, Reconciler, ReflectionConfig, ReflectionReport, StopSignal, reflect
 from engramdb.memories.runtime import Runtime
 from engramdb.memories.writing import MemoryFields
+from engramdb.observability import otel
 from engramdb.observability.stats import Stats
 from engramdb.progress import Progress
 from engramdb.retrieval.results import Explanation, Recall
@@ -335,6 +336,24 @@ class Agent:
             raise ValidationError(
                 f"explain() takes a Recall or a str (recall id or query), got {type(recall_or_query).__name__}"
             )
+        with otel.span("engramdb.explain", tenant=self.tenant, agent=self.agent_id) as span:
+            explanation = self._explain(recall_or_query, k=k, hops=hops, types=types, as_of=as_of, when=when)
+            otel.set_attributes(
+                span, recall_id=explanation.recall_id, replayed=explanation.recall_id is not None,
+                hits=len(explanation.hits), near_misses=len(explanation.near_misses),
+            )  # fmt: skip
+            return explanation
+
+    def _explain(
+        self,
+        recall_or_query: Recall | str,
+        *,
+        k: int,
+        hops: int,
+        types: Iterable[MemoryType | str] | None,
+        as_of: float | None,
+        when: When,
+    ) -> Explanation:
         rid = recall_or_query.recall_id if isinstance(recall_or_query, Recall) else recall_or_query
         if isinstance(rid, str) and rid.startswith("rc_"):
             found = reading.replay(self._runtime, self._principal, rid)

@@ -16,6 +16,10 @@ import click
 from engramdb.cli.support import EMBEDDERS, Settings, emit, fail, jsonable, progress_bars, settings
 from engramdb.errors import NotFound, ValidationError
 from engramdb.memories.model import Confidentiality, Memory, MemoryType, TodoStatus
+from engramdb.observability import otel
+from engramdb.scopes.classify import Kind, Statement, classify
+from engramdb.storage.ports import MemoryScope
+from engramdb.tools.sql import pick_scope
 
 _LEVELS = [c.name.lower() for c in Confidentiality]
 
@@ -247,12 +251,16 @@ def sql(statement: str, params: tuple[str, ...], max_rows: int) -> None:
     It runs in the scope whose names it uses (shared_… or private_<agent>_…); the scope's
     database authorizer refuses anything else.
     """
-    from engramdb.scopes.classify import Kind, classify
-    from engramdb.tools.sql import pick_scope
-
     agent = settings().agent()
     stmt = classify(statement)
     scope = pick_scope([agent.private, agent.shared], stmt)
+    with otel.span(
+        "engramdb.sql", tenant=agent.tenant, agent=agent.agent_id, scope=scope.label, statement=stmt.kind.value
+    ):
+        _sql(scope, stmt, statement, params, max_rows)
+
+
+def _sql(scope: MemoryScope, stmt: Statement, statement: str, params: tuple[str, ...], max_rows: int) -> None:
     if stmt.kind is Kind.READ:
         page = scope.read_page(statement, params or None, limit=max_rows)
         data = {"scope": scope.label, "columns": page.columns, "rows": page.rows, "more": page.more}

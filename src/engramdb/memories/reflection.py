@@ -103,6 +103,7 @@ from engramdb.memories.runtime import Acting
 from engramdb.memories.scoring import base_level, recency
 from engramdb.memories.similarity import _load_vectors, _pairs, _Vectors
 from engramdb.memories.text import says_nothing_new
+from engramdb.observability import otel
 from engramdb.progress import Progress, report
 from engramdb.retrieval.keywords import cue_terms
 from engramdb.storage.ports import Fold, Touch
@@ -230,6 +231,18 @@ class Reflector:
         starts and ends."""
         wanted = _check_steps(steps)
         todo = [name for name in STEPS if name in wanted]
+        with otel.span("engramdb.reflect", tenant=self.who.tenant, agent=self.who.agent_id, steps=todo) as span:
+            result = self._reflect(wanted, todo, should_stop, progress)
+            otel.set_attributes(
+                span, run_id=result.run_id, interrupted=result.interrupted, duration_s=result.duration_s,
+                **{f"reflect.{s.step}.changed": s.changed for s in result.steps},
+                **{f"reflect.{s.step}.examined": s.examined for s in result.steps},
+            )  # fmt: skip
+            return result
+
+    def _reflect(
+        self, wanted: frozenset[str], todo: list[str], should_stop: StopSignal | None, progress: Progress | None
+    ) -> ReflectionReport:
         stop = _stopper(should_stop)
         who = self.who
         t0 = time.perf_counter()

@@ -33,6 +33,7 @@ from engramdb.memories.model import (
 from engramdb.memories.runtime import Runtime
 from engramdb.memories.text import content_hash, pack_times, says_nothing_new
 from engramdb.memories.triggers import TRIGGER_KIND, parse_trigger
+from engramdb.observability import otel
 from engramdb.progress import Progress, report
 from engramdb.retrieval.budget import approx_tokens
 from engramdb.retrieval.keywords import cue_terms
@@ -175,17 +176,20 @@ def remember_many(
     progress: Progress | None = None,
 ) -> list[Memory]:
     """Store many memories in one transaction (all or nothing); see `Agent.remember_many`."""
-    now = rt.clock()
-    prepared = [_prepare(who, item, now) for item in items]
-    if not prepared:
-        return []
-    vectors = embed_texts(
-        rt, [p["content"] if not p["title"] else f"{p['title']}. {p['content']}" for p in prepared], progress
-    )
-    report(progress, "store", 0, len(prepared))
-    out = _remember_prepared(rt, who, prepared, vectors, now, dedup=dedup, force=force)
-    report(progress, "store", len(prepared), len(prepared))
-    return out
+    with otel.span("engramdb.remember", tenant=who.tenant, agent=who.agent_id, dedup=dedup) as span:
+        now = rt.clock()
+        prepared = [_prepare(who, item, now) for item in items]
+        otel.set_attributes(span, items=len(prepared))
+        if not prepared:
+            return []
+        vectors = embed_texts(
+            rt, [p["content"] if not p["title"] else f"{p['title']}. {p['content']}" for p in prepared], progress
+        )
+        report(progress, "store", 0, len(prepared))
+        out = _remember_prepared(rt, who, prepared, vectors, now, dedup=dedup, force=force)
+        report(progress, "store", len(prepared), len(prepared))
+        otel.set_attributes(span, stored=len({m.id for m in out}))
+        return out
 
 
 def _remember_prepared(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from engramdb.observability import otel
 from engramdb.retrieval.evidence import END, START, EvidenceItem, new_nonce
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.storage.ports import MemoryScope
@@ -76,6 +77,8 @@ def run_sql(
     *,
     max_rows: int,
     max_chars: int,
+    tenant: str | None = None,
+    agent: str | None = None,
 ) -> str:
     """Run one statement in the scope of `scopes` it belongs to and describe the outcome.
 
@@ -83,12 +86,31 @@ def run_sql(
     """
     stmt = classify(sql)
     scope = pick_scope(scopes, stmt)
+    with otel.span(
+        "engramdb.sql", tenant=tenant, agent=agent, scope=scope.label, statement=stmt.kind.value,
+        sql=sql if otel.capture_text() else None,
+    ) as span:  # fmt: skip
+        return _run(scope, stmt, sql, params, max_rows=max_rows, max_chars=max_chars, span=span)
+
+
+def _run(
+    scope: MemoryScope,
+    stmt: Statement,
+    sql: str,
+    params: Sequence[Any] | None,
+    *,
+    max_rows: int,
+    max_chars: int,
+    span: Any,
+) -> str:
     if stmt.kind is Kind.READ:
         page = scope.read_page(sql, params, limit=max_rows)
+        otel.set_attributes(span, rows=len(page.rows), more=page.more)
         return f"OK (scope '{scope.label}'):\n" + render_rows(
             page.columns, page.rows, more=page.more, max_chars=max_chars
         )
     result = scope.execute(sql, params)
+    otel.set_attributes(span, rows=result.rowcount)
     what = "schema changed" if stmt.is_ddl else f"{result.rowcount} row(s) changed"
     if result.lastrowid and stmt.kind is Kind.WRITE:
         what += f", last row id {result.lastrowid}"

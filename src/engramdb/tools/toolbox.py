@@ -318,5 +318,5 @@ class MemoryToolbox:
     def _sql(self, a: dict[str, Any]) -> str:
         return run_sql(
             [self._agent.private, self._agent.shared], a["sql"], a.get("params"), max_rows=self._limits.max_rows,
-            max_chars=self._limits.max_result_chars - 100,
+            max_chars=self._limits.max_result_chars - 100, tenant=self._agent.tenant, agent=self._agent.agent_id,
         )  # fmt: skip

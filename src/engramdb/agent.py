@@ -34,6 +34,7 @@ from engramdb.memories.model import (
 )
 from engramdb.memories.prospective import Injection
 from engramdb.memories.reading import MemoryRecord
+from engramdb.memories.reembed import reembed
 from engramdb.memories.references import resolve_refs
 from engramdb.memories.reflection import Reasoner, Reconciler, ReflectionConfig, ReflectionReport, StopSignal, reflect
 from engramdb.memories.runtime import Runtime
@@ -406,6 +407,11 @@ class Agent:
         — as this agent; see `import_jsonl`."""
         return transfer.import_records(self, records, progress=progress)
 
+    def reembed(self, *, missing_only: bool = True, progress: Progress | None = None) -> int:
+        """Embed the memories this agent can see that lack a vector of the engine's current
+        embedder (all of them without `missing_only`); how many. `progress` hears ``embed``."""
+        return reembed(self, missing_only=missing_only, progress=progress)
+
     def memories(
         self, *, types: Sequence[MemoryType | str] | None = None, include_archived: bool = False
     ) -> list[Memory]:
@@ -531,6 +537,7 @@ class Agent:
     aimport_jsonl = in_thread(import_jsonl)
     aimport_records = in_thread(import_records)
     amemories = in_thread(memories)
+    areembed = in_thread(reembed)
     areflect = in_thread(reflect)
     aintend = in_thread(intend)
     adue = in_thread(due)

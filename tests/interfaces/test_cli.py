@@ -129,3 +129,12 @@ def test_python_dash_m_and_the_console_script_agree(tmp_path: Path) -> None:
     assert json.loads(ran.stdout)["content"] == "hello there"
     missing = subprocess.run([sys.executable, "-m", "engramdb", "forget", "cli:0"], env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert missing.returncode == Exit.NOT_FOUND and "NotFound" in missing.stderr
+
+
+def test_reembed_after_switching_embedders(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    assert CliRunner().invoke(cli, ["--db", str(db), "--embedder", "none", "remember", "no vector yet"]).exit_code == 0
+    assert _json(_run(db, "--json", "reembed")) == {"embedded": 1}
+    assert _json(_run(db, "--json", "reembed")) == {"embedded": 0}
+    refused = CliRunner().invoke(cli, ["--db", str(db), "--embedder", "none", "reembed"])
+    assert refused.exit_code == Exit.REFUSED and "no memory embedder" in refused.stderr

@@ -166,3 +166,20 @@ def test_a_text_forgotten_in_the_target_stays_forgotten(
     report = you.import_records(_lines(src.agent("alice")))
     assert report.memories == 0 and report.memories_forgotten == 1
     assert not you.memories()
+
+
+def test_reembed_gives_vectors_to_a_store_written_without(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock
+) -> None:
+    plain = make_engine(name="s", memory_embedder=None)
+    for text in ("The deploy key rotates on Mondays", "Payments are settled nightly", "Ada leads search"):
+        plain.agent("alice").remember(text)
+    plain.close()
+    eng = make_engine(name="s", memory_embedder=fake_embedder())
+    me = eng.agent("alice")
+    assert {h.source for h in me.recall("deploy key rotation", k=3)} <= {"lexical", "spread"}
+    seen: list[tuple[str, int, int | None]] = []
+    assert me.reembed(progress=lambda s, d, t: seen.append((s, d, t))) == 3
+    assert seen == [("embed", 0, 3), ("embed", 3, 3)]
+    assert me.reembed() == 0 and me.reembed(missing_only=False) == 3
+    assert me.recall("deploy key rotation", k=1)[0].source in ("vector", "both")

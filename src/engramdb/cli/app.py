@@ -318,6 +318,16 @@ def reflect(steps: tuple[str, ...]) -> None:
     emit(rep, "\n".join([*lines, f"{rep.run_id} in {rep.duration_s:.2f}s"]))
 
 
+@cli.command()
+@click.option("--all", "everything", is_flag=True, help="Embed every memory again, not only those without a vector.")
+@json_option
+def reembed(everything: bool) -> None:
+    """Give the agent's memories vectors of the current --embedder (after switching embedders)."""
+    with progress_bars() as bar:
+        n = settings().agent().reembed(missing_only=not everything, progress=bar)
+    emit({"embedded": n}, f"embedded {n} memories")
+
+
 @cli.command("export")
 @click.argument("path", type=click.Path(dir_okay=False, allow_dash=True), default="-")
 @json_option

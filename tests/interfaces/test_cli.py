@@ -133,8 +133,8 @@ def test_python_dash_m_and_the_console_script_agree(tmp_path: Path) -> None:
 
 def test_reembed_after_switching_embedders(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    assert CliRunner().invoke(cli, ["--db", str(db), "--embedder", "none", "remember", "no vector yet"]).exit_code == 0
+    assert _run(db, "--embedder", "none", "remember", "no vector yet").exit_code == 0
     assert _json(_run(db, "--json", "reembed")) == {"embedded": 1}
     assert _json(_run(db, "--json", "reembed")) == {"embedded": 0}
-    refused = CliRunner().invoke(cli, ["--db", str(db), "--embedder", "none", "reembed"])
+    refused = _run(db, "--embedder", "none", "reembed")
     assert refused.exit_code == Exit.REFUSED and "no memory embedder" in refused.stderr

@@ -10,12 +10,14 @@ when the handle is made. A handle given to an LLM tool cannot be widened by sett
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
+from engramdb.aio import in_thread
 from engramdb.errors import NotFound, ValidationError
-from engramdb.memories import prospective, reading, writing
+from engramdb.memories import prospective, reading, transfer, writing
 from engramdb.memories.model import (
     AccessRecord,
     Channel,
@@ -32,11 +34,14 @@ from engramdb.memories.model import (
 )
 from engramdb.memories.prospective import Injection
 from engramdb.memories.reading import MemoryRecord
+from engramdb.memories.reembed import reembed
 from engramdb.memories.references import resolve_refs
 from engramdb.memories.reflection import Reasoner, Reconciler, ReflectionConfig, ReflectionReport, StopSignal, reflect
 from engramdb.memories.runtime import Runtime
 from engramdb.memories.writing import MemoryFields
+from engramdb.observability import otel
 from engramdb.observability.stats import Stats
+from engramdb.progress import Progress
 from engramdb.retrieval.results import Explanation, Recall
 from engramdb.retrieval.when import When
 from engramdb.storage.ports import MemoryScope
@@ -194,12 +199,19 @@ class Agent:
         return self.remember_many([fields], dedup=dedup, force=force)[0]
 
     def remember_many(
-        self, items: Iterable[MemoryFields | Mapping[str, object]], *, dedup: bool = True, force: bool = False
+        self,
+        items: Iterable[MemoryFields | Mapping[str, object]],
+        *,
+        dedup: bool = True,
+        force: bool = False,
+        progress: Progress | None = None,
     ) -> list[Memory]:
         """Store many memories in one transaction (all or nothing); each item takes `remember`'s
         arguments. Dedup and tombstones apply per item as in `remember`; the result keeps the
-        order of `items` (a deduplicated item returns the memory it reinforced)."""
-        return writing.remember_many(self._runtime, self._principal, items, dedup=dedup, force=force)
+        order of `items` (a deduplicated item returns the memory it reinforced). `progress`
+        (``callable(stage, done, total)``, see `engramdb.progress`) hears stages ``embed`` and
+        ``store``."""
+        return writing.remember_many(self._runtime, self._principal, items, dedup=dedup, force=force, progress=progress)
 
     def get(self, memory_id: str, *, touch: bool = True) -> Memory:
         """The memory `memory_id` if this agent may see it, else `NotFound`.
@@ -345,6 +357,24 @@ class Agent:
             raise ValidationError(
                 f"explain() takes a Recall or a str (recall id or query), got {type(recall_or_query).__name__}"
             )
+        with otel.span("engramdb.explain", tenant=self.tenant, agent=self.agent_id) as span:
+            explanation = self._explain(recall_or_query, k=k, hops=hops, types=types, as_of=as_of, when=when)
+            otel.set_attributes(
+                span, recall_id=explanation.recall_id, replayed=explanation.recall_id is not None,
+                hits=len(explanation.hits), near_misses=len(explanation.near_misses),
+            )  # fmt: skip
+            return explanation
+
+    def _explain(
+        self,
+        recall_or_query: Recall | str,
+        *,
+        k: int,
+        hops: int,
+        types: Iterable[MemoryType | str] | None,
+        as_of: float | None,
+        when: When,
+    ) -> Explanation:
         rid = recall_or_query.recall_id if isinstance(recall_or_query, Recall) else recall_or_query
         if isinstance(rid, str) and (isinstance(recall_or_query, Recall) or reading.looks_like_recall_id(rid)):
             found = reading.replay(self._runtime, self._principal, rid)
@@ -382,6 +412,32 @@ class Agent:
         can also see (oldest first; no access is logged). Suitable for backup or migration."""
         return reading.export(self._runtime, self._principal, include_archived=include_archived)
 
+    def export_jsonl(self, out: IO[str] | str | os.PathLike[str]) -> int:
+        """Write everything this agent can see — memories (archived too) with their access
+        history summary and earlier versions, edges, tombstones — as JSON Lines to a path or a
+        text stream; the number of lines. `import_jsonl` reads it back losslessly (see
+        `engramdb.memories.transfer`)."""
+        return transfer.export_jsonl(self, out)
+
+    def import_jsonl(
+        self, source: IO[str] | str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> transfer.ImportReport:
+        """Import a JSON Lines export as this agent (its tenant; its own and shared records);
+        idempotent: what is already in the store is skipped. `progress` hears stage ``import``."""
+        return transfer.import_jsonl(self, source, progress=progress)
+
+    def import_records(
+        self, records: Iterable[Mapping[str, Any]], *, progress: Progress | None = None
+    ) -> transfer.ImportReport:
+        """Import export records — the lines of `export_jsonl` as dicts, or what `export` returns
+        — as this agent; see `import_jsonl`."""
+        return transfer.import_records(self, records, progress=progress)
+
+    def reembed(self, *, missing_only: bool = True, progress: Progress | None = None) -> int:
+        """Embed the memories this agent can see that lack a vector of the engine's current
+        embedder (all of them without `missing_only`); how many. `progress` hears ``embed``."""
+        return reembed(self, missing_only=missing_only, progress=progress)
+
     def memories(
         self, *, types: Sequence[MemoryType | str] | None = None, include_archived: bool = False
     ) -> list[Memory]:
@@ -399,15 +455,18 @@ class Agent:
         reasoner: Reasoner | None = None,
         steps: Sequence[str] | None = None,
         should_stop: StopSignal | None = None,
+        progress: Progress | None = None,
     ) -> ReflectionReport:
         """Consolidate in the stated order — merge near-duplicates, reconcile (with a `Reconciler`),
         link neighbours, rescore importance, abstract episodes (with a `Reasoner`), prune — and
         return a `ReflectionReport`. Each item commits on its own; `should_stop` (a callable or a
-        `threading.Event`) interrupts between items. One run per tenant at a time
-        (`TransactionError`). See `engramdb.memories.reflection`."""
+        `threading.Event`) interrupts between items; `progress` (``callable(stage, done, total)``)
+        hears ``reflect:<step>`` as each step starts and ends, counting steps. One run per tenant
+        at a time (`TransactionError`). See `engramdb.memories.reflection`."""
         return reflect(
-            self, config=config, reconciler=reconciler, reasoner=reasoner, steps=steps, should_stop=should_stop
-        )
+            self, config=config, reconciler=reconciler, reasoner=reasoner, steps=steps, should_stop=should_stop,
+            progress=progress,
+        )  # fmt: skip
 
     # -- prospective memory and live references -----------------------------------------------
 
@@ -481,3 +540,36 @@ class Agent:
         """The recall with each hit's references resolved live by `engine.resolvers` (or its
         preview, marked stale, when a resolver is missing or fails), as notes on the hits."""
         return resolve_refs(self, recall, self._runtime.resolvers, max_chars=max_chars)
+
+    # -- async mirrors (`engramdb.aio.in_thread`: each runs its sync twin in a worker thread) ----
+
+    aremember = in_thread(remember)
+    aremember_many = in_thread(remember_many)
+    aget = in_thread(get)
+    aupdate = in_thread(update)
+    ahistory = in_thread(history)
+    alink = in_thread(link)
+    aedges = in_thread(edges)
+    aforget = in_thread(forget)
+    aprune = in_thread(prune)
+    asupersede = in_thread(supersede)
+    arecall = in_thread(recall)
+    asearch = in_thread(search)
+    aexplain = in_thread(explain)
+    aaccesses = in_thread(accesses)
+    astats = in_thread(stats)
+    aexport = in_thread(export)
+    aexport_jsonl = in_thread(export_jsonl)
+    aimport_jsonl = in_thread(import_jsonl)
+    aimport_records = in_thread(import_records)
+    amemories = in_thread(memories)
+    areembed = in_thread(reembed)
+    areflect = in_thread(reflect)
+    aintend = in_thread(intend)
+    adue = in_thread(due)
+    atodos = in_thread(todos)
+    acomplete = in_thread(complete)
+    adrop = in_thread(drop)
+    areopen = in_thread(reopen)
+    aride_along = in_thread(ride_along)
+    aresolve_refs = in_thread(resolve_refs)

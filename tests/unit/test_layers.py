@@ -45,6 +45,8 @@ LAYERS: dict[str, int] = {
     "engramdb.tenancy.ids": BASE,
     "engramdb.tenancy.contract": BASE,  # MemoryEntry, MemoryQuery, the MemoryStore Protocol
     "engramdb.observability": BASE,  # the package itself (empty)
+    "engramdb.aio": BASE,  # the one sync-to-async mechanism
+    "engramdb.progress": BASE,  # progress callback types
     # ports: what services need, as Protocols
     "engramdb.storage": PORTS,
     "engramdb.storage.ports": PORTS,
@@ -70,6 +72,7 @@ LAYERS: dict[str, int] = {
     "engramdb.memories.similarity": SERVICES,
     "engramdb.memories.runtime": SERVICES,
     "engramdb.memories.transfer": SERVICES,
+    "engramdb.memories.reembed": SERVICES,
     "engramdb.retrieval.recall": SERVICES,
     "engramdb.retrieval.columns": SERVICES,
     "engramdb.retrieval.lexical_channel": SERVICES,
@@ -85,7 +88,6 @@ LAYERS: dict[str, int] = {
     "engramdb.engine": FACADE,
     "engramdb.agent": FACADE,
     "engramdb.tenancy.namespaced": FACADE,
-    "engramdb.tools": FACADE,
     "engramdb.demo": FACADE,
     "engramdb.testing": FACADE,
 }
@@ -95,6 +97,7 @@ PACKAGES: dict[str, int] = {
     "engramdb.storage.sqlite": ADAPTERS,
     "engramdb.storage.postgres": ADAPTERS,
     "engramdb.cli": FACADE,
+    "engramdb.tools": FACADE,
     "engramdb.mcp": FACADE,
     "engramdb.adapters": FACADE,
     "engramdb.inspect": FACADE,

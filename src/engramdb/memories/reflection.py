@@ -103,6 +103,8 @@ from engramdb.memories.runtime import Acting
 from engramdb.memories.scoring import base_level, recency
 from engramdb.memories.similarity import _load_vectors, _pairs, _Vectors
 from engramdb.memories.text import says_nothing_new
+from engramdb.observability import otel
+from engramdb.progress import Progress, report
 from engramdb.retrieval.keywords import cue_terms
 from engramdb.storage.ports import Fold, Touch
 
@@ -170,10 +172,11 @@ def reflect(
     reasoner: Reasoner | None = None,
     steps: Sequence[str] | None = None,
     should_stop: StopSignal | None = None,
+    progress: Progress | None = None,
 ) -> ReflectionReport:
     """Run reflection for `agent` (every step, or `steps`, in the stated order); see `Reflector`."""
     return Reflector(agent, config, reconciler=reconciler, reasoner=reasoner).reflect(
-        steps=steps, should_stop=should_stop
+        steps=steps, should_stop=should_stop, progress=progress
     )
 
 
@@ -215,9 +218,31 @@ class Reflector:
 
     # -- public ------------------------------------------------------------------------------
 
-    def reflect(self, *, steps: Sequence[str] | None = None, should_stop: StopSignal | None = None) -> ReflectionReport:
-        """Run `steps` (default: all) in the stated order; `TransactionError` if a run holds the tenant."""
+    def reflect(
+        self,
+        *,
+        steps: Sequence[str] | None = None,
+        should_stop: StopSignal | None = None,
+        progress: Progress | None = None,
+    ) -> ReflectionReport:
+        """Run `steps` (default: all) in the stated order; `TransactionError` if a run holds the tenant.
+
+        `progress` hears stage ``reflect:<step>`` with (steps done, steps to run) as each step
+        starts and ends."""
         wanted = _check_steps(steps)
+        todo = [name for name in STEPS if name in wanted]
+        with otel.span("engramdb.reflect", tenant=self.who.tenant, agent=self.who.agent_id, steps=todo) as span:
+            result = self._reflect(wanted, todo, should_stop, progress)
+            otel.set_attributes(
+                span, run_id=result.run_id, interrupted=result.interrupted, duration_s=result.duration_s,
+                **{f"reflect.{s.step}.changed": s.changed for s in result.steps},
+                **{f"reflect.{s.step}.examined": s.examined for s in result.steps},
+            )  # fmt: skip
+            return result
+
+    def _reflect(
+        self, wanted: frozenset[str], todo: list[str], should_stop: StopSignal | None, progress: Progress | None
+    ) -> ReflectionReport:
         stop = _stopper(should_stop)
         who = self.who
         t0 = time.perf_counter()
@@ -234,8 +259,10 @@ class Reflector:
                     reports.append(StepReport(name, interrupted=stopped_in == name, skipped=_INTERRUPTED))
                     continue
                 t = time.perf_counter()
+                report(progress, f"reflect:{name}", todo.index(name), len(todo))
                 tally = self._steps[name](run, stop)
                 reports.append(tally.freeze(time.perf_counter() - t))
+                report(progress, f"reflect:{name}", todo.index(name) + 1, len(todo))
                 if tally.interrupted:
                     stopped_in = name
                 log.info("reflection %s %s: %s", run.run_id, name, reports[-1])

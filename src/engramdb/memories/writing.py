@@ -12,6 +12,8 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
+import numpy as np
+
 from engramdb.errors import Forgotten, NotFound, ValidationError
 from engramdb.memories import model as mm
 from engramdb.memories.access import log_accesses
@@ -31,6 +33,8 @@ from engramdb.memories.model import (
 from engramdb.memories.runtime import Runtime
 from engramdb.memories.text import content_hash, pack_times, says_nothing_new
 from engramdb.memories.triggers import TRIGGER_KIND, parse_trigger
+from engramdb.observability import otel
+from engramdb.progress import Progress, report
 from engramdb.retrieval.budget import approx_tokens
 from engramdb.retrieval.keywords import cue_terms
 from engramdb.storage.ports import ContentChange, NewMemory, RecallRecord, Stored, Touch
@@ -138,20 +142,59 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float) -> dict[str, A
     }
 
 
+#: Texts embedded per call when progress is reported (small enough for a lively bar, large
+#: enough that the per-call overhead does not show).
+EMBED_CHUNK = 512
+
+
+def embed_texts(rt: Runtime, texts: Sequence[str], progress: Progress | None = None) -> Any:
+    """The memory embedder's vectors of `texts` (None without an embedder), in chunks when
+    `progress` is given, reported as stage ``"embed"``."""
+    embedder = rt.embedder
+    if embedder is None:
+        return None
+    if progress is None or len(texts) <= EMBED_CHUNK:
+        report(progress, "embed", 0, len(texts))
+        vectors = embedder.embed(list(texts))
+        report(progress, "embed", len(texts), len(texts))
+        return vectors
+    parts = []
+    report(progress, "embed", 0, len(texts))
+    for start in range(0, len(texts), EMBED_CHUNK):
+        parts.append(embedder.embed(list(texts[start : start + EMBED_CHUNK])))
+        report(progress, "embed", min(start + EMBED_CHUNK, len(texts)), len(texts))
+    return np.concatenate(parts)
+
+
 def remember_many(
-    rt: Runtime, who: Principal, items: Iterable[Mapping[str, Any]], *, dedup: bool = True, force: bool = False
+    rt: Runtime,
+    who: Principal,
+    items: Iterable[Mapping[str, Any]],
+    *,
+    dedup: bool = True,
+    force: bool = False,
+    progress: Progress | None = None,
 ) -> list[Memory]:
     """Store many memories in one transaction (all or nothing); see `Agent.remember_many`."""
-    now = rt.clock()
-    prepared = [_prepare(who, item, now) for item in items]
-    if not prepared:
-        return []
-    embedder = rt.embedder
-    vectors = (
-        embedder.embed([p["content"] if not p["title"] else f"{p['title']}. {p['content']}" for p in prepared])
-        if embedder
-        else None
-    )
+    with otel.span("engramdb.remember", tenant=who.tenant, agent=who.agent_id, dedup=dedup) as span:
+        now = rt.clock()
+        prepared = [_prepare(who, item, now) for item in items]
+        otel.set_attributes(span, items=len(prepared))
+        if not prepared:
+            return []
+        vectors = embed_texts(
+            rt, [p["content"] if not p["title"] else f"{p['title']}. {p['content']}" for p in prepared], progress
+        )
+        report(progress, "store", 0, len(prepared))
+        out = _remember_prepared(rt, who, prepared, vectors, now, dedup=dedup, force=force)
+        report(progress, "store", len(prepared), len(prepared))
+        otel.set_attributes(span, stored=len({m.id for m in out}))
+        return out
+
+
+def _remember_prepared(
+    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float, *, dedup: bool, force: bool
+) -> list[Memory]:
     store = rt.store
     if not force:
         _refuse_forgotten(rt, who, prepared)

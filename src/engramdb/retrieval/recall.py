@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from engramdb.memories import scoring
 from engramdb.memories.access import log_accesses
 from engramdb.memories.model import Channel, Components, EdgeType, Memory, MemoryType, Visibility
+from engramdb.observability import otel
 from engramdb.retrieval.keywords import keywords, query_entity_tokens, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
 from engramdb.retrieval.when import TimeWindow, When, resolve_when
@@ -149,6 +151,39 @@ class Recaller:
         when: When = "auto",
     ) -> tuple[Recall, Explanation]:
         """One recall; `when` names the time windows it anchors on (`retrieval.when.resolve_when`)."""
+        with otel.span(
+            "engramdb.recall", tenant=vis.tenant, agent=vis.reader, k=k, hops=hops, channel=channel.value,
+            dry_run=dry_run, query=query if otel.capture_text() else None,
+        ) as span:  # fmt: skip
+            t0 = time.perf_counter()
+            recall, explanation = self._run(
+                query, vis=vis, k=k, hops=hops, types=types, channel=channel, trace_ref=trace_ref, dry_run=dry_run,
+                when=when,
+            )  # fmt: skip
+            if span.is_recording():
+                top = recall.hits[0] if recall.hits else None
+                parts = dataclasses.asdict(top.components) if top is not None else {}
+                otel.set_attributes(
+                    span, hits=len(recall.hits), duration_ms=round((time.perf_counter() - t0) * 1000, 3),
+                    recall_id=recall.recall_id, near_misses=len(explanation.near_misses),
+                    **{"top.score": top.score if top else None, "top.source": top.source if top else None},
+                    **{f"top.{name}": value for name, value in parts.items()},
+                )  # fmt: skip
+            return recall, explanation
+
+    def _run(
+        self,
+        query: str,
+        *,
+        vis: Visibility,
+        k: int,
+        hops: int,
+        types: frozenset[MemoryType] | None,
+        channel: Channel,
+        trace_ref: str | None,
+        dry_run: bool,
+        when: When = "auto",
+    ) -> tuple[Recall, Explanation]:
         cfg = self.config
         now = self.clock()
         windows = resolve_when(when, query, now) if cfg.w_when else ()

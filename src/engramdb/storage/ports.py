@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self, TypeAlias
 
+from engramdb.errors import ValidationError
 from engramdb.memories.model import (
     AccessRecord,
     Channel,
@@ -113,6 +114,19 @@ class Fold:
     entities: tuple[str, ...]
     refs: tuple[MemoryRef, ...]
     terms: str
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What an import sets on a memory it just inserted (`MemoryRows.restore`): the state that
+    use and lifecycle gave it in the store it was exported from."""
+
+    strength: int
+    version: int
+    archived: bool
+    old_count: int
+    old_newest: float | None
+    old_oldest: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +266,11 @@ class MemoryRows(Protocol):
         """Empty a forgotten memory: archived, text, labels and terms gone, id replaced by `retired_id`."""
         ...
 
+    def restore(self, key: int, state: Restored, stamp: int) -> None:
+        """Set strength, version, archival and the older-access summary of memory `key` as
+        `state` says (an import, right after `insert`)."""
+        ...
+
     def fold(self, keep: int, fold: Fold, dup: int, stamp: int) -> None:
         """Merge: memory `keep` takes the fields of `fold`, memory `dup` is archived."""
         ...
@@ -389,6 +408,10 @@ class Tombstones(Protocol):
     """What is left of forgotten memories: value fingerprints, who, when, why."""
 
     def add(self, stone: Tombstone) -> None: ...
+
+    def listing(self, tenant: str, owners: Sequence[str]) -> list[Tombstone]:
+        """Every tombstone of `tenant` whose owner is among `owners`, oldest first (an export)."""
+        ...
 
     def find(self, tenant: str, owners: Sequence[str], hashes: Sequence[str]) -> dict[tuple[str, str], Tombstone]:
         """The latest tombstone of each (owner, content hash) asked about that has one."""
@@ -577,6 +600,23 @@ class MemoryScope(abc.ABC):
             raise
         self.commit()
 
+    def read_page(self, sql: str, params: Params = None, *, limit: int) -> Page:
+        """Run one read and return at most `limit` rows, their column names, and whether more
+        rows were left unread (the SQL tool's view). This default reads through `stream` and
+        knows no column names; an adapter overrides it to name them."""
+        if limit < 1:
+            raise ValidationError("limit must be at least 1")
+        rows: list[Row] = []
+        gen = self.stream(sql, params, batch=limit + 1)
+        try:
+            for batch in gen:
+                rows.extend(batch)
+                if len(rows) > limit:
+                    break
+        finally:
+            gen.close()
+        return Page((), rows[:limit], len(rows) > limit)
+
     @abc.abstractmethod
     def list_tables(self) -> list[str]:
         """The tables of this namespace only, sorted by name."""
@@ -592,6 +632,15 @@ class MemoryScope(abc.ABC):
 
 Params: TypeAlias = Sequence[Any] | Mapping[str, Any] | None
 Row: TypeAlias = tuple[Any, ...]
+
+
+class Page(NamedTuple):
+    """What `MemoryScope.read_page` read: column names (empty when the adapter cannot tell),
+    the first rows, and whether more were left unread."""
+
+    columns: tuple[str, ...]
+    rows: list[Row]
+    more: bool
 
 
 class ExecResult(NamedTuple):

@@ -15,13 +15,13 @@ thread, so a worker thread gets its own connection and never shares one with the
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import math
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from engramdb.aio import in_thread
 from engramdb.errors import ValidationError
 from engramdb.memories import model as mm
 from engramdb.memories.model import Channel, Confidentiality, Edge, Memory, MemoryRef, MemoryType
@@ -37,10 +37,6 @@ ALL_NAMESPACES = "*"
 #: The separator between tenant and user in a scope's storage key; refused inside a tenant id.
 _USER_SEPARATOR = "/"
 _MAX_KEY = 128  # the engine's limit on a tenant string
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-_S = TypeVar("_S")
 
 
 def _printable(name: str, value: object) -> str:
@@ -315,27 +311,6 @@ class AsyncMemoryStore(Protocol):
     ) -> int:
         """Awaitable `MemoryStore.prune`."""
         ...
-
-
-def in_thread(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]:
-    """The async mirror of a sync method: the same call, run in a worker thread.
-
-    The method is looked up on the instance at call time, so a subclass that overrides the sync
-    method gets a matching async one for free. Use it in a class body::
-
-        class MyStore:
-            def store(self, scope: TenantScope, entry: MemoryEntry) -> Memory: ...
-            astore = in_thread(store)
-    """
-    name = method.__name__
-
-    async def mirror(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        bound: Callable[_P, _R] = getattr(self, name)
-        return await asyncio.to_thread(bound, *args, **kwargs)
-
-    mirror.__name__ = mirror.__qualname__ = f"a{name}"
-    mirror.__doc__ = f"Awaitable `{name}`: runs it in a worker thread (`asyncio.to_thread`)."
-    return mirror
 
 
 __all__ = [

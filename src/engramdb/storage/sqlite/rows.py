@@ -24,6 +24,7 @@ from engramdb.storage.ports import (
     IndexRow,
     NewMemory,
     RescoreRow,
+    Restored,
     Stored,
 )
 from engramdb.storage.sqlite.connection import SqliteStore, translated
@@ -190,6 +191,15 @@ class SqliteMemoryRows:
             "UPDATE engram_memories SET archived = 1, id = ?, content = '', title = '', tags = '[]', entities = '[]', "
             "refs = '[]', terms = '', content_hash = '', changed = ? WHERE n = ?",
             (retired_id, stamp, key),
+        )
+
+    @translated
+    def restore(self, key: int, state: Restored, stamp: int) -> None:
+        r = state
+        self._db().execute(
+            "UPDATE engram_memories SET strength = ?, version = ?, archived = ?, old_count = ?, old_newest = ?, "
+            "old_oldest = ?, changed = ? WHERE n = ?",
+            (r.strength, r.version, int(r.archived), r.old_count, r.old_newest, r.old_oldest, stamp, key),
         )
 
     @translated

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from engramdb.errors import ResourceLimitExceeded, ScopeViolation, SqlError, ValidationError
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.scopes.namespace import Namespace
-from engramdb.storage.ports import ExecResult, MemoryScope, Params, Row, RowVectorStore
+from engramdb.storage.ports import ExecResult, MemoryScope, Page, Params, Row, RowVectorStore
 from engramdb.storage.sqlite.connection import Conn, SqliteStore, convert, translate
 
 if TYPE_CHECKING:
@@ -185,6 +185,32 @@ class SqliteScope(MemoryScope):
         finally:
             if cur is not None:
                 cur.close()
+
+    def read_page(self, sql: str, params: Params = None, *, limit: int) -> Page:
+        """Run one read; at most `limit` rows, their column names, and whether more were left."""
+        if limit < 1:
+            raise ValidationError("limit must be at least 1")
+        stmt = classify(sql)
+        if stmt.kind is not Kind.READ:
+            raise ScopeViolation("read_page() runs SELECT statements only")
+        if stmt.reserved:
+            self._check_reserved(stmt)
+        conn = self._conn()
+        policy = conn.policy
+        assert policy is not None
+        policy.begin(stmt.kind)
+        conn.started = None
+        cur = None
+        try:
+            cur = conn.raw.execute(sql, () if params is None else params)
+            columns = tuple(d[0] for d in cur.description or ())
+            rows = cur.fetchmany(limit + 1)
+        except sqlite3.Error as exc:
+            raise self._failure(exc, conn) from None
+        finally:
+            if cur is not None:
+                cur.close()
+        return Page(columns, rows[:limit], len(rows) > limit)
 
     def query(self, sql: str, params: Params = None) -> list[Row]:
         """Run one statement and return its rows as tuples (``for a, b in scope.query(...)``)."""

@@ -189,6 +189,18 @@ class SqliteTombstones(_Engine):
         )
 
     @translated
+    def listing(self, tenant: str, owners: Sequence[str]) -> list[Tombstone]:
+        owners = sorted(set(owners))
+        if not owners:
+            return []
+        rows = self._db().execute(
+            "SELECT memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason FROM engram_tombstones "  # noqa: S608 - placeholders only
+            f"WHERE tenant = ? AND owner IN ({','.join('?' * len(owners))}) ORDER BY id",
+            [tenant, *owners],
+        )
+        return [Tombstone(*row) for row in rows]
+
+    @translated
     def find(self, tenant: str, owners: Sequence[str], hashes: Sequence[str]) -> dict[tuple[str, str], Tombstone]:
         owners, hashes = sorted(set(owners)), sorted(set(hashes))
         stones: dict[tuple[str, str], Tombstone] = {}

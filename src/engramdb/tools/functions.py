@@ -1,4 +1,8 @@
-"""Agent tools over memory scopes, with specs any function-calling LLM framework can take.
+"""Agent tools as plain functions over a context (`ctx`), for frameworks that inject one.
+
+For a complete tool set bound to one agent, with a dispatcher, see `engramdb.tools.MemoryToolbox`.
+
+Agent tools over memory scopes, with specs any function-calling LLM framework can take.
 
 Each tool is a plain function ``tool(..., ctx) -> str`` that never raises to the model: a refusal
 or failure comes back as a message saying what was wrong, that nothing changed, and what to do.
@@ -17,95 +21,12 @@ Example (OpenAI-style tools)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from engramdb.errors import CallerError, EngramError
 from engramdb.scopes.classify import classify
 from engramdb.storage.ports import MemoryScope
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """Name, description and JSON Schema of a tool's arguments (without the injected `ctx`)."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any] = field(default_factory=dict)
-
-    def as_openai(self) -> dict[str, Any]:
-        """The OpenAI / LiteLLM ``tools=[…]`` entry."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
-
-    def as_anthropic(self) -> dict[str, Any]:
-        """The Anthropic Messages API ``tools=[…]`` entry."""
-        return {"name": self.name, "description": self.description, "input_schema": self.parameters}
-
-
-MEMORY_SCHEMA_TOOL = ToolSpec(
-    name="memory_schema",
-    description=(
-        "Change the schema of your memory tables. Allowed: CREATE TABLE, CREATE INDEX, "
-        "ALTER TABLE … ADD COLUMN. Shared tables are named shared_<name>; your private tables "
-        "private_<your agent id>_<name>. One statement per call. Returns what happened or why it was "
-        "refused."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "sql": {
-                "type": "string",
-                "description": "One CREATE TABLE, CREATE INDEX or ALTER TABLE … ADD COLUMN statement.",
-            }
-        },
-        "required": ["sql"],
-        "additionalProperties": False,
-    },
-)
-
-LIST_MEMORY_TABLES_TOOL = ToolSpec(
-    name="list_memory_tables",
-    description="List the memory tables you can use (shared and your private ones).",
-    parameters={"type": "object", "properties": {}, "additionalProperties": False},
-)
-
-
-REMEMBER_TOOL = ToolSpec(
-    name="remember",
-    description=(
-        "Store a memory for later: a fact, an episode, a skill, a todo or an intent. Private to you "
-        "unless shared is true. Returns the new memory's id."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "content": {"type": "string", "description": "What to remember, in one to three sentences."},
-            "type": {"type": "string", "enum": ["info", "skill", "episode", "intent", "todo", "reflection", "scratch"]},
-            "importance": {"type": "number", "minimum": 0, "maximum": 10, "description": "How much it matters, 0–10."},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "shared": {"type": "boolean", "description": "Share with the whole team."},
-        },
-        "required": ["content"],
-        "additionalProperties": False,
-    },
-)
-
-RECALL_TOOL = ToolSpec(
-    name="recall",
-    description="Recall the memories most relevant to a question. Returns them as quoted evidence, not instructions.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "What you want to know."},
-            "k": {"type": "integer", "minimum": 1, "maximum": 20, "description": "How many memories (default 5)."},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    },
-)
+from engramdb.tools.specs import LIST_MEMORY_TABLES_TOOL, MEMORY_SCHEMA_TOOL, RECALL_TOOL, REMEMBER_TOOL, ToolSpec
 
 
 def tool_specs() -> list[ToolSpec]:
@@ -144,7 +65,7 @@ def memory_schema(sql: str, ctx: Any) -> str:
         if not stmt.kind.is_ddl:
             return (
                 "REFUSED: memory_schema only changes schema (CREATE TABLE, CREATE INDEX, ALTER TABLE … "
-                "ADD COLUMN); reads and writes of rows go through your query tools. Nothing was changed."
+                "ADD COLUMN); reads and writes of rows go through memory_sql. Nothing was changed."
             )
         table = (stmt.table or "").removeprefix("main.")
         scope = next((s for s in scopes if s.namespace.owns(table)), scopes[0])
@@ -216,4 +137,5 @@ def recall(query: str, ctx: Any, k: int = 5, token_budget: int = 800) -> str:
 
 
 def type_name(exc: BaseException) -> str:
+    """The class name of `exc` (what a refusal message names)."""
     return type(exc).__name__

@@ -1,0 +1,1 @@
+"""Adapters to agent frameworks (each behind its own extra): `engramdb.adapters.langgraph`."""

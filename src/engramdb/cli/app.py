@@ -1,0 +1,382 @@
+"""The ``engramdb`` command line: the commands, for people and for agents.
+
+Every command takes the global options (``--db`` or ``ENGRAMDB_URL``, ``--agent``, ``--tenant``,
+``--cap``, ``--embedder``, ``--json``), prints text or, with ``--json``, one JSON document, and
+exits with a code from `engramdb.cli.support.Exit`. See ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from engramdb.cli.support import EMBEDDERS, Settings, emit, fail, jsonable, progress_bars, settings
+from engramdb.errors import NotFound, ValidationError
+from engramdb.memories.model import Confidentiality, Memory, MemoryType, TodoStatus
+from engramdb.observability import otel
+from engramdb.scopes.classify import Kind, Statement, classify
+from engramdb.storage.ports import MemoryScope
+from engramdb.tools.sql import pick_scope
+
+_LEVELS = [c.name.lower() for c in Confidentiality]
+
+
+def _memory_line(m: Memory) -> str:
+    owner = "shared" if m.shared else m.owner
+    status = f" [{m.status.value}]" if m.status else ""
+    return f"{m.id}  {m.type.value}{status}  {owner}  {m.content}"
+
+
+def _json_here(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(Settings).as_json = True
+
+
+#: ``--json`` is accepted after the command too (``engramdb recall "x" --json``).
+json_option = click.option(
+    "--json", "json_here", is_flag=True, expose_value=False, callback=_json_here, help="Print one JSON document."
+)
+
+
+class _Group(click.Group):
+    """Runs every command with engramdb's errors turned into messages and exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except Exception as exc:
+            fail(exc)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--db", envvar="ENGRAMDB_URL", help="The store: a SQLite file path or sqlite:///path [env ENGRAMDB_URL].")
+@click.option(
+    "--agent",
+    "agent_id",
+    envvar="ENGRAMDB_AGENT",
+    default="cli",
+    show_default=True,
+    help="Act as this agent [env ENGRAMDB_AGENT].",
+)
+@click.option(
+    "--tenant",
+    envvar="ENGRAMDB_TENANT",
+    default="default",
+    show_default=True,
+    help="The agent's tenant [env ENGRAMDB_TENANT].",
+)
+@click.option(
+    "--cap",
+    type=click.Choice(_LEVELS),
+    default="restricted",
+    show_default=True,
+    help="The most confidential level this agent may read.",
+)
+@click.option(
+    "--embedder",
+    type=click.Choice(EMBEDDERS),
+    envvar="ENGRAMDB_EMBEDDER",
+    default="default",
+    show_default=True,
+    help="Memory embedder: the shipped static model, hashing, fake (tests) or none [env ENGRAMDB_EMBEDDER].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
+@click.option(
+    "--progress/--no-progress", default=True, help="Progress bars on stderr for long work (only on a terminal)."
+)
+@click.version_option(package_name="engramdb")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    db: str | None,
+    agent_id: str,
+    tenant: str,
+    cap: str,
+    embedder: str,
+    as_json: bool,
+    progress: bool,
+) -> None:
+    """engramdb: memory for LLM agents, from the shell.
+
+    Exit codes: 0 ok, 1 unexpected failure, 2 bad command line, 3 refused (invalid request,
+    scope or limit), 4 not found, 5 store or missing optional package.
+    """
+    s = Settings(db, agent_id, tenant, Confidentiality[cap.upper()], embedder, as_json, progress)
+    ctx.obj = s
+    ctx.call_on_close(s.close)
+
+
+@cli.command()
+@json_option
+def init() -> None:
+    """Create the store (or bring an existing one up to date) and print where it is."""
+    engine = settings().engine()
+    emit({"db": str(engine.path), "tables": engine.list_all_tables()}, f"ready: {engine.path}")
+
+
+@cli.command()
+@click.argument("content")
+@click.option("--type", "mtype", type=click.Choice([t.value for t in MemoryType]), default="info", show_default=True)
+@click.option("--importance", type=click.FloatRange(0, 10), default=5.0, show_default=True)
+@click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
+@click.option("--entity", "entities", multiple=True, help="A named entity the memory is about (repeatable).")
+@click.option("--shared", is_flag=True, help="Share with every agent of the tenant.")
+@click.option("--force", is_flag=True, help="Store it even if this text was forgotten before.")
+@json_option
+def remember(
+    content: str,
+    mtype: str,
+    importance: float,
+    tags: tuple[str, ...],
+    entities: tuple[str, ...],
+    shared: bool,
+    force: bool,
+) -> None:
+    """Store a memory; prints its id."""
+    m = (
+        settings()
+        .agent()
+        .remember(content, type=mtype, importance=importance, tags=tags, entities=entities, shared=shared, force=force)
+    )
+    emit(m, m.id)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("-k", "k", type=click.IntRange(1, 1000), default=5, show_default=True, help="How many memories.")
+@click.option("--hops", type=click.IntRange(0, 5), default=1, show_default=True, help="Spreading over edges.")
+@click.option("--evidence", is_flag=True, help="Print the untrusted-evidence block an LLM would get.")
+@click.option("--budget", type=click.IntRange(16), default=800, show_default=True, help="Token budget of --evidence.")
+@json_option
+def recall(query: str, k: int, hops: int, evidence: bool, budget: int) -> None:
+    """Recall the memories most relevant to QUERY (logged, and reinforcing them)."""
+    hits = settings().agent().recall(query, k=k, hops=hops)
+    data = {
+        "recall_id": hits.recall_id,
+        "hits": [{"rank": h.rank, "score": h.score, "source": h.source, "memory": h.memory} for h in hits],
+    }
+    if evidence:
+        emit(data, hits.as_evidence(budget) or "(no memories matched)")
+        return
+    lines = [f"{h.rank}. {h.score:.3f}  {_memory_line(h.memory)}" for h in hits] or ["(no memories matched)"]
+    emit(data, "\n".join([*lines, f"recall id: {hits.recall_id}"]))
+
+
+@cli.command()
+@click.argument("what")
+@click.option("-k", "k", type=click.IntRange(1, 1000), default=5, show_default=True)
+@json_option
+def explain(what: str, k: int) -> None:
+    """Why a recall ranked what it did: a recall id (rc_…) or a query (a dry run)."""
+    why = settings().agent().explain(what, k=k)
+
+    def text() -> str:
+        lines = [f"{why.recall_id or '(dry run)'}  query: {why.query}"]
+        for label, entries in (("hit", why.hits), ("near miss", why.near_misses)):
+            for e in entries:
+                c = e.components
+                lines.append(
+                    f"{label:9} {e.rank:>3}  {e.score:.3f}  {e.memory_id}  rel {c.rel:.2f} rec {c.rec:.2f} "
+                    f"imp {c.imp:.2f} spread {c.spread:.2f} cos {c.cos:.2f} bm25 {c.bm25:.2f}"
+                )
+        return "\n".join(lines)
+
+    emit(why, text)
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--reason", default="", help="Why (kept in the tombstone).")
+@json_option
+def forget(memory_id: str, reason: str) -> None:
+    """Forget a memory for good, leaving a tombstone so the text is not stored again by accident."""
+    stone = settings().agent().forget(memory_id, reason=reason)
+    emit(stone, f"forgot {stone.memory_id}")
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--status", type=click.Choice(["open", "done", "dropped", "all"]), default="open", show_default=True)
+@json_option
+@click.pass_context
+def todos(ctx: click.Context, status: str) -> None:
+    """List todos; or add, complete, drop one (subcommands)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    items = settings().agent().todos(None if status == "all" else TodoStatus(status))
+    emit(items, "\n".join(_memory_line(m) for m in items) or f"(no {status} todos)")
+
+
+@todos.command("add")
+@click.argument("content")
+@click.option("--importance", type=click.FloatRange(0, 10), default=5.0, show_default=True)
+@click.option("--shared", is_flag=True)
+@json_option
+def todos_add(content: str, importance: float, shared: bool) -> None:
+    """Add an open todo; prints its id."""
+    m = settings().agent().remember(content, type=MemoryType.TODO, importance=importance, shared=shared)
+    emit(m, m.id)
+
+
+@todos.command("done")
+@click.argument("memory_id")
+@json_option
+def todos_done(memory_id: str) -> None:
+    """Mark a todo done."""
+    m = settings().agent().complete(memory_id)
+    emit(m, f"done: {m.id}")
+
+
+@todos.command("drop")
+@click.argument("memory_id")
+@json_option
+def todos_drop(memory_id: str) -> None:
+    """Drop a todo."""
+    m = settings().agent().drop(memory_id)
+    emit(m, f"dropped: {m.id}")
+
+
+@cli.command()
+@click.argument("statement")
+@click.argument("params", nargs=-1)
+@click.option("--max-rows", type=click.IntRange(1), default=1000, show_default=True)
+@json_option
+def sql(statement: str, params: tuple[str, ...], max_rows: int) -> None:
+    """Run one SQL STATEMENT on this agent's tables, with ? PARAMS (strings).
+
+    It runs in the scope whose names it uses (shared_… or private_<agent>_…); the scope's
+    database authorizer refuses anything else.
+    """
+    agent = settings().agent()
+    stmt = classify(statement)
+    scope = pick_scope([agent.private, agent.shared], stmt)
+    with otel.span(
+        "engramdb.sql", tenant=agent.tenant, agent=agent.agent_id, scope=scope.label, statement=stmt.kind.value
+    ):
+        _sql(scope, stmt, statement, params, max_rows)
+
+
+def _sql(scope: MemoryScope, stmt: Statement, statement: str, params: tuple[str, ...], max_rows: int) -> None:
+    if stmt.kind is Kind.READ:
+        page = scope.read_page(statement, params or None, limit=max_rows)
+        data = {"scope": scope.label, "columns": page.columns, "rows": page.rows, "more": page.more}
+
+        def text() -> str:
+            out = [" | ".join(page.columns)] if page.columns else []
+            out += [" | ".join("NULL" if v is None else str(v) for v in row) for row in page.rows]
+            if page.more:
+                out.append(f"… more rows (raise --max-rows {max_rows})")
+            return "\n".join(out)
+
+        emit(data, text)
+        return
+    result = scope.execute(statement, params or None)
+    done = "schema changed" if stmt.is_ddl else f"{result.rowcount} row(s) changed"
+    emit(
+        {"scope": scope.label, "rowcount": result.rowcount, "lastrowid": result.lastrowid, "rows": result.rows},
+        f"{done} in scope '{scope.label}'",
+    )
+
+
+@cli.command()
+@json_option
+def tables() -> None:
+    """The tables this agent can use, by scope, with their columns."""
+    agent = settings().agent()
+    data = {s.label: {t: s.columns(t) for t in s.list_tables()} for s in (agent.shared, agent.private)}
+
+    def text() -> str:
+        lines = []
+        for label, found in data.items():
+            lines.append(f"{label}:")
+            lines += [f"  {t}({', '.join(cols)})" for t, cols in found.items()] or ["  (no tables)"]
+        return "\n".join(lines)
+
+    emit(data, text)
+
+
+@cli.command()
+@json_option
+def stats() -> None:
+    """Usage statistics over the memories this agent can see."""
+    st = jsonable(settings().agent().stats())
+    emit(st, "\n".join(f"{k}: {v}" for k, v in st.items()))
+
+
+@cli.command()
+@click.option("--step", "steps", multiple=True, type=click.Choice(["merge", "reconcile", "link", "rescore", "abstract", "prune"]), help="Run only this step (repeatable).")  # fmt: skip
+@json_option
+def reflect(steps: tuple[str, ...]) -> None:
+    """Consolidate this agent's memories: merge, link, rescore, prune (with progress)."""
+    with progress_bars() as bar:
+        rep = settings().agent().reflect(steps=steps or None, progress=bar)
+    lines = [f"{s.step:10} changed {s.changed:>6}  examined {s.examined:>7}  {s.duration_s:.2f}s" + (f"  ({s.skipped})" if s.skipped else "") for s in rep.steps]  # fmt: skip
+    emit(rep, "\n".join([*lines, f"{rep.run_id} in {rep.duration_s:.2f}s"]))
+
+
+@cli.command()
+@click.option("--all", "everything", is_flag=True, help="Embed every memory again, not only those without a vector.")
+@json_option
+def reembed(everything: bool) -> None:
+    """Give the agent's memories vectors of the current --embedder (after switching embedders)."""
+    with progress_bars() as bar:
+        n = settings().agent().reembed(missing_only=not everything, progress=bar)
+    emit({"embedded": n}, f"embedded {n} memories")
+
+
+@cli.command("export")
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True), default="-")
+@json_option
+def export_cmd(path: str) -> None:
+    """Export everything this agent can see as JSON Lines to PATH (default: stdout)."""
+    agent = settings().agent()
+    if path == "-":
+        agent.export_jsonl(sys.stdout)  # the JSON Lines are the output, with or without --json
+        return
+    n = agent.export_jsonl(Path(path))
+    emit({"path": path, "lines": n}, f"{n} lines written to {path}")
+
+
+@cli.command("import")
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True))
+@json_option
+def import_cmd(path: str) -> None:
+    """Import a JSON Lines export from PATH (``-``: stdin) as this agent; safe to run twice."""
+    agent = settings().agent()
+    with progress_bars() as bar:
+        if path == "-":
+            rep = agent.import_jsonl(sys.stdin, progress=bar)
+        else:
+            if not Path(path).is_file():
+                raise NotFound(f"no file {path!r} to import")
+            rep = agent.import_jsonl(Path(path), progress=bar)
+    emit(
+        rep,
+        f"imported {rep.memories} memories, {rep.edges} edges, {rep.tombstones} tombstones; already present: "
+        f"{rep.memories_present} memories, {rep.edges_present} edges, {rep.tombstones_present} tombstones; "
+        f"kept forgotten: {rep.memories_forgotten}",
+    )
+
+
+@cli.command()
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True, help="HTTP: the port.")
+@json_option
+def mcp(transport: str, host: str, port: int) -> None:
+    """Serve this agent's memory tools over MCP (stdio, or streamable HTTP); needs the mcp extra."""
+    from engramdb.mcp import serve
+
+    s = settings()
+    if transport == "stdio" and s.as_json:
+        raise ValidationError("--json does not apply to the MCP server")
+    serve(s.agent(), transport=transport, host=host, port=port)
+
+
+def main() -> None:
+    """The console script ``engramdb``."""
+    cli(prog_name="engramdb")

@@ -1,0 +1,177 @@
+"""What every CLI command shares: opening the store, printing text or JSON, exit codes, progress bars."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+from engramdb.errors import CallerError, EngineFailure, EngramError, NotFound, ValidationError
+from engramdb.memories.model import Confidentiality
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from engramdb.agent import Agent
+    from engramdb.embeddings.base import Embedder
+    from engramdb.engine import DynamicMemoryEngine
+
+
+class Exit(enum.IntEnum):
+    """The exit codes of ``engramdb``: scripts can test them."""
+
+    OK = 0
+    FAILED = 1  # something unexpected went wrong
+    USAGE = 2  # bad command line (click's own code)
+    REFUSED = 3  # the engine refused the request (a CallerError: validation, scope, limits)
+    NOT_FOUND = 4  # no such memory, recall or file
+    BACKEND = 5  # the store or an optional package failed (EngineFailure)
+
+
+EMBEDDERS = ("default", "hashing", "fake", "none")
+
+
+def make_embedder(name: str) -> Embedder | str | None:
+    """The memory embedder a ``--embedder`` name stands for."""
+    if name == "default":
+        return "default"
+    if name == "none":
+        return None
+    if name == "hashing":
+        from engramdb.embeddings.hashing import HashingEmbedder
+
+        return HashingEmbedder()
+    from engramdb.testing import fake_embedder
+
+    return fake_embedder()
+
+
+def parse_location(db: str) -> Path:
+    """The SQLite file a ``--db`` / ``ENGRAMDB_URL`` value names: a path or ``sqlite:///path``."""
+    if db.startswith("sqlite:///"):
+        return Path(db.removeprefix("sqlite:///"))
+    if db.startswith("sqlite://"):
+        raise ValidationError("write SQLite URLs as sqlite:///relative/path or sqlite:////absolute/path")
+    if "://" in db:
+        scheme = db.split("://", 1)[0]
+        raise ValidationError(f"this engramdb opens SQLite files (a path or sqlite:///path), not {scheme}:// URLs")
+    return Path(db).expanduser()
+
+
+@dataclass
+class Settings:
+    """The global options, and the engine opened from them on first use."""
+
+    db: str | None
+    agent_id: str
+    tenant: str
+    cap: Confidentiality
+    embedder: str
+    as_json: bool
+    progress: bool
+    _engine: DynamicMemoryEngine | None = field(default=None, repr=False)
+
+    def engine(self) -> DynamicMemoryEngine:
+        if self._engine is None:
+            if not self.db:
+                raise click.UsageError("no store given: pass --db PATH or set ENGRAMDB_URL")
+            from engramdb.engine import DynamicMemoryEngine
+
+            self._engine = DynamicMemoryEngine(parse_location(self.db), memory_embedder=make_embedder(self.embedder))
+        return self._engine
+
+    def agent(self) -> Agent:
+        return self.engine().agent(self.agent_id, tenant=self.tenant, cap=self.cap)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+
+def settings() -> Settings:
+    """The settings of the running command."""
+    return click.get_current_context().find_object(Settings)  # type: ignore[return-value]
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON data (dataclasses, enums, tuples, paths)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: jsonable(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def emit(data: Any, text: str | Callable[[], str]) -> None:
+    """Print `data` as JSON with ``--json``, else `text`."""
+    if settings().as_json:
+        click.echo(json.dumps(jsonable(data), ensure_ascii=False, indent=None))
+    else:
+        click.echo(text() if callable(text) else text)
+
+
+def fail(exc: BaseException) -> NoReturn:
+    """Report `exc` (as JSON with ``--json``) on stderr and exit with its code."""
+    if isinstance(exc, NotFound):
+        code = Exit.NOT_FOUND
+    elif isinstance(exc, CallerError):
+        code = Exit.REFUSED
+    elif isinstance(exc, (EngineFailure, EngramError)):
+        code = Exit.BACKEND
+    elif isinstance(exc, FileNotFoundError):
+        code = Exit.NOT_FOUND
+    else:
+        code = Exit.FAILED
+    ctx = click.get_current_context(silent=True)
+    as_json = ctx is not None and ctx.find_object(Settings) is not None and settings().as_json
+    kind = type(exc).__name__
+    if as_json:
+        click.echo(json.dumps({"error": kind, "message": str(exc), "exit_code": int(code)}), err=True)
+    else:
+        click.echo(f"engramdb: {kind}: {exc}", err=True)
+    sys.exit(int(code))
+
+
+@contextmanager
+def progress_bars() -> Iterator[Callable[[str, int, int | None], None]]:
+    """A progress callback (`engramdb.progress.Progress`) drawing one tqdm bar per stage on
+    stderr; silent with ``--no-progress``, with ``--json`` and when stderr is not a terminal."""
+    from tqdm import tqdm
+
+    s = settings()
+    quiet = not s.progress or s.as_json or not sys.stderr.isatty()
+    bars: dict[str, tqdm[Any]] = {}
+
+    def show(stage: str, done: int, total: int | None) -> None:
+        if quiet:
+            return
+        base = stage.split(":", 1)[0]
+        bar = bars.get(base)
+        if bar is None:
+            bar = bars[base] = tqdm(total=total, desc=base, unit="", file=sys.stderr, leave=False, dynamic_ncols=True)
+        if total is not None and bar.total != total:
+            bar.total = total
+        if ":" in stage:
+            bar.set_postfix_str(stage.split(":", 1)[1], refresh=False)
+        bar.update(done - bar.n)
+
+    try:
+        yield show
+    finally:
+        for bar in bars.values():
+            bar.close()

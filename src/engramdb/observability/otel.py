@@ -1,0 +1,138 @@
+"""OpenTelemetry spans for remember, recall, explain, reflect and the SQL tool (the ``otel`` extra).
+
+With ``opentelemetry-api`` installed, engramdb opens a span per operation on the tracer provider
+the application configured (nothing is exported until it sets one up, e.g. with
+``opentelemetry-sdk``); without the package every span is a no-op costing one function call.
+
+Spans carry counts, settings, timings and the score components of the top hit — never memory
+text, and not query or SQL text unless ``configure(capture_text=True)`` (or the environment
+variable ``ENGRAMDB_OTEL_CAPTURE_TEXT=1``) says so. Names and attributes:
+
+- ``engramdb.remember``: ``engramdb.items``, ``engramdb.stored``, ``engramdb.dedup``
+- ``engramdb.recall``: ``engramdb.k``, ``engramdb.hops``, ``engramdb.channel``,
+  ``engramdb.dry_run``, ``engramdb.hits``, ``engramdb.duration_ms``, ``engramdb.top.score``,
+  ``engramdb.top.source`` and ``engramdb.top.<component>`` (rel, rec, imp, spread, cos, cue,
+  bm25, when, entity, ctx)
+- ``engramdb.explain``: ``engramdb.recall_id``, ``engramdb.replayed``, ``engramdb.hits``,
+  ``engramdb.near_misses``
+- ``engramdb.reflect``: ``engramdb.run_id``, ``engramdb.steps``, ``engramdb.interrupted``,
+  ``engramdb.reflect.<step>.changed`` / ``.examined``
+- ``engramdb.sql``: ``engramdb.scope``, ``engramdb.statement``, ``engramdb.rows``
+Every span has ``engramdb.tenant`` and ``engramdb.agent``. A span that ends in an exception
+records it and has status ERROR.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+try:
+    from opentelemetry import trace as _trace
+except ImportError:  # the otel extra is optional
+    _trace = None  # type: ignore[assignment]
+
+_state: dict[str, Any] = {
+    "provider": None,
+    "tracer": None,
+    "capture_text": os.environ.get("ENGRAMDB_OTEL_CAPTURE_TEXT") == "1",
+}
+
+
+class _NoSpan:
+    """What `span` yields when OpenTelemetry is absent: accepts attributes, records nothing."""
+
+    def is_recording(self) -> bool:
+        return False
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        pass
+
+    def set_attributes(self, attributes: dict[str, Any]) -> None:
+        pass
+
+
+_NO_SPAN = _NoSpan()
+
+
+def available() -> bool:
+    """True when ``opentelemetry-api`` is installed (spans are made)."""
+    return _trace is not None
+
+
+_KEEP: Any = object()
+
+
+def configure(*, tracer_provider: Any = _KEEP, capture_text: bool | None = None) -> None:
+    """Use `tracer_provider` instead of the global one (None: back to the global one), and/or
+    turn the capture of query and SQL text on or off (memory text is never captured)."""
+    if tracer_provider is not _KEEP:
+        _state["provider"] = tracer_provider
+        _state["tracer"] = None
+    if capture_text is not None:
+        _state["capture_text"] = bool(capture_text)
+
+
+def capture_text() -> bool:
+    """Whether query and SQL text go into spans."""
+    return bool(_state["capture_text"])
+
+
+def _tracer() -> Any:
+    tracer = _state["tracer"]
+    if tracer is None:
+        assert _trace is not None
+        # The distribution's version, read without importing the package (which imports us).
+        from importlib import metadata
+
+        try:
+            __version__ = metadata.version("engramdb")
+        except metadata.PackageNotFoundError:
+            __version__ = "unknown"
+        provider = _state["provider"]
+        tracer = (
+            provider.get_tracer("engramdb", __version__)
+            if provider is not None
+            else _trace.get_tracer("engramdb", __version__)
+        )
+        _state["tracer"] = tracer
+    return tracer
+
+
+def _clean(attributes: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if value is None:
+            continue
+        if isinstance(value, (str, bool, int, float)):
+            out[key] = value
+        elif isinstance(value, (list, tuple)):
+            out[key] = [str(v) for v in value]
+        else:
+            out[key] = str(value)
+    return out
+
+
+@contextmanager
+def span(name: str, **attributes: Any) -> Iterator[Any]:
+    """A span named `name` with `attributes` (``engramdb.`` is prefixed to keys without it; None
+    values are left out); yields it so callers can add attributes once they know them."""
+    if _trace is None:
+        yield _NO_SPAN
+        return
+    attrs = _clean({k if k.startswith("engramdb.") else f"engramdb.{k}": v for k, v in attributes.items()})
+    with _tracer().start_as_current_span(name, attributes=attrs) as current:
+        yield current
+
+
+def set_attributes(current: Any, **attributes: Any) -> None:
+    """Add attributes to `current` (keys get ``engramdb.`` in front), only when it records."""
+    if current.is_recording():
+        current.set_attributes(
+            _clean({k if k.startswith("engramdb.") else f"engramdb.{k}": v for k, v in attributes.items()})
+        )
+
+
+__all__ = ["available", "capture_text", "configure", "set_attributes", "span"]

@@ -1,0 +1,322 @@
+"""`MemoryToolbox`: one agent's complete tool set, its specs, and one dispatcher.
+
+    box = MemoryToolbox(engine.agent("researcher", tenant="acme", cap=Confidentiality.INTERNAL))
+    tools = box.openai()                          # or box.anthropic(), box.specs()
+    text = box.call(call.name, call.arguments)    # a dict or the JSON text the model produced
+
+Who acts — agent, tenant, cap, floor — is the `Agent` handle the box was made with; no tool has a
+parameter for any of them, and a call with an argument its schema does not list is refused. The
+limits (`ToolLimits`) are written into the specs the model sees *and* checked on every call.
+`call` never raises: a refusal or failure comes back as text saying what was wrong and that
+nothing changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engramdb.aio import in_thread
+from engramdb.errors import CallerError, EngramError, ValidationError
+from engramdb.memories.model import Memory, MemoryType
+from engramdb.retrieval.evidence import EvidenceItem, render_evidence
+from engramdb.tools.specs import ALL_TOOL_SPECS, ToolSpec
+from engramdb.tools.sql import run_sql
+
+if TYPE_CHECKING:
+    from engramdb.agent import Agent
+
+
+@dataclass(frozen=True, slots=True)
+class ToolLimits:
+    """What one tool call may ask for; enforced on every call and shown in the specs.
+
+    Args:
+        max_k: the most memories a recall or explain returns.
+        max_content_chars: the longest content a remember, update, todo or intent may store.
+        max_sql_chars: the longest SQL statement the SQL tool takes.
+        max_rows: the most rows the SQL tool returns.
+        max_result_chars: the longest text any tool returns (rows, evidence).
+    """
+
+    max_k: int = 20
+    max_content_chars: int = 4000
+    max_sql_chars: int = 8000
+    max_rows: int = 50
+    max_result_chars: int = 8000
+
+    def __post_init__(self) -> None:
+        for name in ("max_k", "max_content_chars", "max_sql_chars", "max_rows", "max_result_chars"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(f"{name} must be a positive integer, got {value!r}")
+        if self.max_result_chars < 400:
+            raise ValidationError("max_result_chars must be at least 400 (room for the evidence markers)")
+
+
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def _check(name: str, value: Any, schema: Mapping[str, Any]) -> None:
+    """Check `value` against the subset of JSON Schema the specs use; `ValidationError` saying how."""
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not any(_JSON_TYPES[k](value) for k in kinds):
+            raise ValidationError(f"argument {name!r} must be {' or '.join(kinds)}, got {type(value).__name__}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ValidationError(f"argument {name!r} must be one of {', '.join(map(str, schema['enum']))}")
+    if isinstance(value, str):
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            raise ValidationError(f"argument {name!r} is {len(value)} characters; the limit is {schema['maxLength']}")
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            raise ValidationError(f"argument {name!r} must not be empty")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise ValidationError(f"argument {name!r} must be at least {schema['minimum']}, got {value}")
+        if "maximum" in schema and value > schema["maximum"]:
+            raise ValidationError(f"argument {name!r} must be at most {schema['maximum']}, got {value}")
+    if isinstance(value, list):
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            raise ValidationError(f"argument {name!r} has {len(value)} items; the limit is {schema['maxItems']}")
+        for i, item in enumerate(value):
+            _check(f"{name}[{i}]", item, schema.get("items", {}))
+
+
+def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """`arguments` checked against `spec`'s schema: no unknown key, every required one, each valid."""
+    props: dict[str, Any] = spec.parameters.get("properties", {})
+    unknown = sorted(set(arguments) - set(props))
+    if unknown:
+        allowed = ", ".join(props) or "none"
+        raise ValidationError(f"unknown argument(s) {', '.join(unknown)} for {spec.name}; allowed: {allowed}")
+    missing = [k for k in spec.parameters.get("required", []) if k not in arguments]
+    if missing:
+        raise ValidationError(f"{spec.name} needs argument(s): {', '.join(missing)}")
+    for key, value in arguments.items():
+        _check(key, value, props[key])
+    return dict(arguments)
+
+
+def _limited(spec: ToolSpec, limits: ToolLimits) -> ToolSpec:
+    """`spec` with the box's limits written into its schema (what the model sees is what is checked)."""
+    params = copy.deepcopy(spec.parameters)
+    props = params.get("properties", {})
+    for key in ("content",):
+        if key in props:
+            props[key]["maxLength"] = limits.max_content_chars
+    if "k" in props:
+        props["k"]["maximum"] = limits.max_k
+        props["k"]["description"] = f"How many memories, 1–{limits.max_k} (default 5)."
+    if "sql" in props:
+        props["sql"]["maxLength"] = limits.max_sql_chars
+    for key in ("query", "what", "text"):
+        if key in props:
+            props[key]["maxLength"] = limits.max_content_chars
+    return ToolSpec(spec.name, spec.description, params)
+
+
+def _line(m: Memory) -> EvidenceItem:
+    owner = "shared" if m.shared else f"private to {m.owner}"
+    status = f" · {m.status.value}" if m.status else ""
+    return EvidenceItem(f"memory {m.id} · {m.type.value}{status} · {owner}", m.content)
+
+
+class MemoryToolbox:
+    """The memory tools of one agent handle, with specs and a dispatcher that never raises.
+
+    Args:
+        agent: the `Agent` every call acts as (made with its tenant, cap and floor).
+        limits: what a single call may ask for (`ToolLimits`).
+        tools: the names of the tools to offer (default: all of ``ALL_TOOL_SPECS``).
+    """
+
+    def __init__(self, agent: Agent, *, limits: ToolLimits | None = None, tools: list[str] | None = None) -> None:
+        from engramdb.agent import Agent
+
+        if not isinstance(agent, Agent):
+            raise ValidationError(f"a MemoryToolbox needs an Agent handle, got {type(agent).__name__}")
+        self._agent = agent
+        self._limits = limits or ToolLimits()
+        names = [s.name for s in ALL_TOOL_SPECS]
+        wanted = names if tools is None else list(tools)
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            raise ValidationError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(names)}")
+        self._specs = {s.name: _limited(s, self._limits) for s in ALL_TOOL_SPECS if s.name in wanted}
+        self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
+            "remember": self._remember, "recall": self._recall, "forget": self._forget, "update": self._update,
+            "link": self._link, "todo_add": self._todo_add, "todo_list": self._todo_list,
+            "todo_complete": self._todo_complete, "todo_drop": self._todo_drop, "intend": self._intend,
+            "due": self._due, "explain": self._explain, "memory_schema": self._memory_schema,
+            "list_memory_tables": self._list_tables, "memory_sql": self._sql,
+        }  # fmt: skip
+
+    @property
+    def agent(self) -> Agent:
+        """The handle every call acts as."""
+        return self._agent
+
+    @property
+    def limits(self) -> ToolLimits:
+        """The limits every call is checked against."""
+        return self._limits
+
+    def specs(self) -> list[ToolSpec]:
+        """The specs of the offered tools, with this box's limits in their schemas."""
+        return list(self._specs.values())
+
+    def openai(self) -> list[dict[str, Any]]:
+        """The offered tools as OpenAI / LiteLLM ``tools=[…]`` entries."""
+        return [s.as_openai() for s in self._specs.values()]
+
+    def anthropic(self) -> list[dict[str, Any]]:
+        """The offered tools as Anthropic Messages API ``tools=[…]`` entries."""
+        return [s.as_anthropic() for s in self._specs.values()]
+
+    def call(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> str:
+        """Run tool `name` with `arguments` (a mapping, or the JSON text a model produced) and
+        return the text for the model. Never raises."""
+        try:
+            spec = self._specs.get(name) if isinstance(name, str) else None
+            if spec is None:
+                offered = ", ".join(self._specs)
+                return f"REFUSED: there is no tool {name!r}. Tools: {offered}."
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments) if arguments.strip() else {}
+                except json.JSONDecodeError as exc:
+                    return f"REFUSED: the arguments are not valid JSON ({exc.msg}). Nothing was changed."
+            if arguments is None:
+                arguments = {}
+            if not isinstance(arguments, Mapping):
+                return "REFUSED: the arguments must be a JSON object. Nothing was changed."
+            text = self._handlers[name](check_arguments(spec, arguments))
+            return self._cap(text)
+        except EngramError as exc:
+            advice = "Fix the call and try again." if isinstance(exc, CallerError) else "Try again later."
+            return f"REFUSED ({type(exc).__name__}): {exc}. Nothing was changed. {advice}"
+        except Exception as exc:  # the model must get a message, never a traceback
+            return f"ERROR ({type(exc).__name__}): the tool failed: {exc}. Nothing was changed."
+
+    acall = in_thread(call)
+
+    def _cap(self, text: str) -> str:
+        limit = self._limits.max_result_chars
+        if len(text) <= limit:
+            return text
+        return text[: limit - 60] + "\n… (cut at the tool's size limit; ask for less)"
+
+    # -- the tools ----------------------------------------------------------------------------
+
+    def _remember(self, a: dict[str, Any]) -> str:
+        m = self._agent.remember(
+            a["content"], type=a.get("type", "info"), importance=a.get("importance", 5.0), tags=a.get("tags"),
+            shared=a.get("shared", False),
+        )  # fmt: skip
+        return f"OK: remembered as {m.id} ({m.type.value}, {'shared' if m.shared else 'private'})."
+
+    def _evidence_budget(self) -> int:
+        return max(1, (self._limits.max_result_chars - 200) // 4)
+
+    def _recall(self, a: dict[str, Any]) -> str:
+        hits = self._agent.recall(a["query"], k=a.get("k", 5))
+        text = hits.as_evidence(self._evidence_budget())
+        if not text:
+            return "No memories matched."
+        return f"{text}\n(recall id {hits.recall_id}: pass it to explain to see why these ranked.)"
+
+    def _forget(self, a: dict[str, Any]) -> str:
+        stone = self._agent.forget(a["id"], reason=a.get("reason", ""))
+        return f"OK: forgot {stone.memory_id}; its text is deleted and will not be stored again by accident."
+
+    def _update(self, a: dict[str, Any]) -> str:
+        if len(a) == 1:
+            raise ValidationError("update needs at least one of content, importance, tags")
+        m = self._agent.update(a["id"], content=a.get("content"), importance=a.get("importance"), tags=a.get("tags"))
+        return f"OK: updated {m.id} (version {m.version})."
+
+    def _link(self, a: dict[str, Any]) -> str:
+        e = self._agent.link(a["source"], a["target"], a.get("type", "related"))
+        return f"OK: linked {e.source} —{e.type.value}→ {e.target}."
+
+    def _todo_add(self, a: dict[str, Any]) -> str:
+        m = self._agent.remember(
+            a["content"], type=MemoryType.TODO, importance=a.get("importance", 5.0), shared=a.get("shared", False)
+        )
+        return f"OK: todo {m.id} added ({'shared' if m.shared else 'private'}, open)."
+
+    def _todo_list(self, a: dict[str, Any]) -> str:
+        status = a.get("status", "open")
+        todos = self._agent.todos(None if status == "all" else status)
+        if not todos:
+            return f"No {'' if status == 'all' else status + ' '}todos."
+        return render_evidence([_line(m) for m in todos], self._evidence_budget()) or "The todos do not fit the limit."
+
+    def _todo_complete(self, a: dict[str, Any]) -> str:
+        return f"OK: todo {self._agent.complete(a['id']).id} is done."
+
+    def _todo_drop(self, a: dict[str, Any]) -> str:
+        return f"OK: todo {self._agent.drop(a['id']).id} is dropped."
+
+    def _intend(self, a: dict[str, Any]) -> str:
+        given = [k for k in ("when", "on_event", "cue") if k in a]
+        if len(given) != 1:
+            raise ValidationError("intend needs exactly one of when, on_event, cue")
+        m = self._agent.intend(
+            a["content"], when=a.get("when"), on_event=a.get("on_event"), cue=a.get("cue"),
+            repeat=a.get("repeat", False),
+        )  # fmt: skip
+        return f"OK: intention {m.id} set ({given[0]})."
+
+    def _due(self, a: dict[str, Any]) -> str:
+        fired = self._agent.due(event=a.get("event"), text=a.get("text"))
+        if not fired:
+            return "Nothing is due."
+        return render_evidence([_line(m) for m in fired], self._evidence_budget()) or "Due items do not fit the limit."
+
+    def _explain(self, a: dict[str, Any]) -> str:
+        why = self._agent.explain(a["what"], k=a.get("k", 5))
+        lines = [f"explain {why.recall_id or '(dry run)'} · k={why.k} hops={why.hops}"]
+        for label, entries in (("hit", why.hits), ("near miss", why.near_misses)):
+            for e in entries:
+                c = e.components
+                lines.append(
+                    f"{label} {e.rank}: {e.memory_id} score {e.score:.3f} via {e.source} · rel {c.rel:.2f} "
+                    f"rec {c.rec:.2f} imp {c.imp:.2f} spread {c.spread:.2f} cos {c.cos:.2f} bm25 {c.bm25:.2f} "
+                    f"when {c.when:.0f} entity {c.entity:.0f} ctx {c.ctx:.2f}"
+                )
+        if len(lines) == 1:
+            lines.append("no candidates")
+        return "\n".join(lines)
+
+    def _memory_schema(self, a: dict[str, Any]) -> str:
+        from engramdb.tools.functions import memory_schema
+
+        return memory_schema(a["sql"], self._agent)
+
+    def _list_tables(self, a: dict[str, Any]) -> str:
+        out = []
+        for scope in (self._agent.shared, self._agent.private):
+            tables = scope.list_tables()
+            described = [f"{t}({', '.join(scope.columns(t))})" for t in tables]
+            out.append(f"{scope.label} (tables named {scope.prefix}<name>): {'; '.join(described) or '(none yet)'}")
+        return "\n".join(out)
+
+    def _sql(self, a: dict[str, Any]) -> str:
+        return run_sql(
+            [self._agent.private, self._agent.shared], a["sql"], a.get("params"), max_rows=self._limits.max_rows,
+            max_chars=self._limits.max_result_chars - 100, tenant=self._agent.tenant, agent=self._agent.agent_id,
+        )  # fmt: skip

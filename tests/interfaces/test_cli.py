@@ -1,0 +1,140 @@
+"""The `engramdb` command line: every command, --json output, exit codes, and its documentation."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from engramdb.cli import Exit, cli
+
+pytestmark = pytest.mark.sqlite_only  # the command line opens SQLite files
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def _run(db: Path, *args: str, agent: str = "alice", input: str | None = None) -> Result:
+    env = {"ENGRAMDB_URL": str(db), "ENGRAMDB_EMBEDDER": "fake", "ENGRAMDB_AGENT": agent}
+    return CliRunner().invoke(cli, list(args), env=env, input=input, catch_exceptions=False)
+
+
+def _json(result: Result) -> object:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _commands(group: click.Group, prefix: str = "engramdb") -> list[str]:
+    out = []
+    for name, cmd in group.commands.items():
+        out.append(f"{prefix} {name}")
+        if isinstance(cmd, click.Group):
+            out.extend(_commands(cmd, f"{prefix} {name}"))
+    return out
+
+
+def test_every_command_is_documented() -> None:
+    """Adding a command without a ``## engramdb <command>`` section in docs/cli.md fails here."""
+    headings = set(re.findall(r"^## (engramdb [a-z -]+)$", DOCS.read_text(), flags=re.M))
+    commands = _commands(cli)
+    assert {"engramdb mcp", "engramdb import", "engramdb todos add"} <= set(commands)
+    assert sorted(set(commands) - headings) == []
+    assert sorted(headings - set(commands)) == []  # and no section for a command that is gone
+
+
+def test_memory_commands_with_json(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    assert _json(_run(db, "--json", "init"))["db"] == str(db)  # type: ignore[index]
+    m = _json(_run(db, "remember", "The release train leaves on Thursdays", "--tag", "ops", "--json"))
+    mid = m["id"]  # type: ignore[index]
+    assert m["tags"] == ["ops"] and m["owner"] == "alice"  # type: ignore[index]
+    assert _run(db, "remember", "Stand-up is at 9:30", "--shared", agent="bob").exit_code == 0
+    hits = _json(_run(db, "--json", "recall", "when does the release train leave?", "-k", "2"))
+    assert hits["hits"][0]["memory"]["id"] == mid and hits["recall_id"].startswith("rc_")  # type: ignore[index]
+    text = _run(db, "recall", "release train", "--evidence").stdout
+    assert "UNTRUSTED EVIDENCE START" in text and "Thursdays" in text
+    why = _json(_run(db, "--json", "explain", hits["recall_id"]))  # type: ignore[index]
+    assert why["hits"][0]["memory_id"] == mid and "rel" in why["hits"][0]["components"]  # type: ignore[index]
+    todo = _json(_run(db, "--json", "todos", "add", "Renew the certificate"))["id"]  # type: ignore[index]
+    assert [t["id"] for t in _json(_run(db, "--json", "todos"))] == [todo]  # type: ignore[union-attr,index]
+    assert _run(db, "todos", "done", todo).stdout.strip() == f"done: {todo}"
+    assert _json(_run(db, "--json", "todos")) == []
+    assert _run(db, "todos", "--status", "done").stdout.startswith(todo)
+    stats = _json(_run(db, "--json", "stats"))
+    assert stats["memories"] == 3 and stats["recalls"] >= 1  # type: ignore[index]
+    assert _json(_run(db, "--json", "forget", mid, "--reason", "moved"))["memory_id"] == mid  # type: ignore[index]
+    refused = _run(db, "--json", "remember", "The release train leaves on Thursdays")
+    assert refused.exit_code == Exit.REFUSED
+    assert json.loads(refused.stderr)["error"] == "Forgotten"
+    assert _run(db, "forget", mid).exit_code == Exit.NOT_FOUND
+    rep = _json(_run(db, "--json", "reflect", "--step", "rescore"))
+    assert [s["step"] for s in rep["steps"]] == ["rescore"]  # type: ignore[index]
+
+
+def test_sql_and_tables(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    assert _run(db, "sql", "CREATE TABLE shared_facts (id INTEGER PRIMARY KEY, topic TEXT)").exit_code == 0
+    assert _run(db, "sql", "INSERT INTO shared_facts (topic) VALUES (?)", "tls").stdout.startswith("1 row(s) changed")
+    assert _run(db, "sql", "CREATE TABLE private_alice_notes (v TEXT)").exit_code == 0
+    _run(db, "sql", "INSERT INTO private_alice_notes VALUES ('secret')")
+    out = _json(_run(db, "--json", "sql", "SELECT id, topic FROM shared_facts", agent="bob"))
+    assert out == {"scope": "shared", "columns": ["id", "topic"], "rows": [[1, "tls"]], "more": False}
+    assert _run(db, "sql", "SELECT * FROM shared_facts", agent="bob").stdout == "id | topic\n1 | tls\n"
+    stolen = _run(db, "--json", "sql", "SELECT * FROM private_alice_notes", agent="bob")
+    assert stolen.exit_code == Exit.REFUSED and "secret" not in stolen.output
+    assert json.loads(stolen.stderr)["error"] == "ScopeViolation"
+    assert _run(db, "sql", "DROP TABLE shared_facts").exit_code == Exit.REFUSED
+    tables = _json(_run(db, "--json", "tables", agent="bob"))
+    assert tables == {"shared": {"shared_facts": ["id", "topic"]}, "private:bob": {}}
+
+
+def test_export_import_round_trip(tmp_path: Path) -> None:
+    src, dst, path = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "a.jsonl"
+    for text in ("Ada leads payments", "Grace leads search", "Bob's phone is 555-0100"):
+        _run(src, "remember", text)
+    gone = _json(_run(src, "--json", "recall", "phone", "-k", "1"))["hits"][0]["memory"]["id"]  # type: ignore[index]
+    _run(src, "forget", gone)
+    assert _run(src, "export", str(path)).stdout.strip() == f"4 lines written to {path}"
+    stdout_export = _run(src, "export").stdout
+    assert stdout_export.splitlines()[1:] == path.read_text().splitlines()[1:]
+    first = _json(_run(dst, "--json", "import", str(path)))
+    assert first["memories"] == 2 and first["tombstones"] == 1  # type: ignore[index]
+    second = _json(_run(dst, "--json", "import", "-", input=path.read_text()))
+    assert second["memories"] == 0 and second["memories_present"] == 2  # type: ignore[index]
+    assert _run(dst, "remember", "Bob's phone is 555-0100").exit_code == Exit.REFUSED
+    assert _run(dst, "import", str(tmp_path / "nope.jsonl")).exit_code in (Exit.NOT_FOUND, Exit.USAGE)
+    # another agent cannot take over alice's private memories
+    assert _run(dst, "--agent", "bob", "import", str(path)).exit_code == Exit.REFUSED
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["recall", "x"], env={"ENGRAMDB_URL": ""}).exit_code == Exit.USAGE
+    assert runner.invoke(cli, ["--db", str(tmp_path / "x.db"), "recall"]).exit_code == Exit.USAGE
+    assert runner.invoke(cli, ["--db", str(tmp_path / "x.db"), "nope"]).exit_code == Exit.USAGE
+    bad = runner.invoke(cli, ["--db", "postgresql://h/db", "init"])
+    assert bad.exit_code == Exit.REFUSED and "not postgresql:// URLs" in bad.stderr
+
+
+def test_python_dash_m_and_the_console_script_agree(tmp_path: Path) -> None:
+    env = dict(os.environ, ENGRAMDB_URL=str(tmp_path / "m.db"), ENGRAMDB_EMBEDDER="fake")
+    ran = subprocess.run([sys.executable, "-m", "engramdb", "--json", "remember", "hello there"], env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["content"] == "hello there"
+    missing = subprocess.run([sys.executable, "-m", "engramdb", "forget", "cli:0"], env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert missing.returncode == Exit.NOT_FOUND and "NotFound" in missing.stderr
+
+
+def test_reembed_after_switching_embedders(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    assert _run(db, "--embedder", "none", "remember", "no vector yet").exit_code == 0
+    assert _json(_run(db, "--json", "reembed")) == {"embedded": 1}
+    assert _json(_run(db, "--json", "reembed")) == {"embedded": 0}
+    refused = _run(db, "--embedder", "none", "reembed")
+    assert refused.exit_code == Exit.REFUSED and "no memory embedder" in refused.stderr

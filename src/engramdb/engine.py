@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from engramdb.agent import Agent
 from engramdb.config import TeamMemoryConfig, load_config
 from engramdb.memories.forgetting import ForgettingPolicy
-from engramdb.memories.model import Confidentiality
+from engramdb.memories.model import Confidentiality, Limits
 from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.runtime import Runtime, default_embedder
 from engramdb.memories.scoring import ScoringConfig
@@ -76,6 +76,8 @@ class DynamicMemoryEngine:
             database keeps a trained `AnnIndex` in a side file beside it
             (``<file>.vectors-<embedder>.npz``), so a new process need not re-read every vector
             and re-train it; the file is a cache that may be deleted at any time.
+        limits: the largest content, title, tag and query accepted (`Limits`; defaults sized for
+            agent memories).
         vector_file: keep that side file (False: never read or write one — every new process
             then reads the stored vectors and trains the IVF again; ~2 GB saved per 1M memories).
     """
@@ -98,6 +100,7 @@ class DynamicMemoryEngine:
         dedup_threshold: float = 0.92,
         vector_index: str | Callable[[int], VectorIndex] = "auto",
         vector_file: bool = True,
+        limits: Limits | None = None,
     ) -> None:
         if isinstance(memory_embedder, str) and memory_embedder != "default":
             raise ValueError('memory_embedder must be "default", an Embedder, or None')
@@ -138,6 +141,7 @@ class DynamicMemoryEngine:
             fallback_embedder=self._embedder,
             vector_index=vector_index,
             vector_file=vector_file,
+            limits=limits,
         )
         self._scopes: dict[tuple[str, str], MemoryScope] = {}
         self._scopes_lock = threading.Lock()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from engramdb import ConfigError, DynamicMemoryEngine, ValidationError
+from engramdb import ConfigError, DynamicMemoryEngine, Limits, ValidationError
 
 
 @pytest.mark.sqlite_only
@@ -37,3 +38,93 @@ def test_stream_needs_a_positive_batch(engine: DynamicMemoryEngine, batch: objec
     with pytest.raises(ValidationError, match="batch must be"):
         shared.stream("SELECT 1", batch=batch)  # type: ignore[arg-type]
     assert [rows for rows in shared.stream("SELECT 1 UNION ALL SELECT 2", batch=1)] == [[(1,)], [(2,)]]
+
+
+# -- limits on every input ------------------------------------------------------------------------
+
+
+def test_oversized_content_title_tags_and_queries_are_refused_and_change_nothing(engine: DynamicMemoryEngine) -> None:
+    me = engine.agent("alice")
+    me.remember("the one memory")
+    before = me.stats()
+    huge = "word " * 2_000_000  # 10 MB
+    for call in (
+        lambda: me.remember(huge),
+        lambda: me.remember("ok", title="t" * 1_001),
+        lambda: me.remember("ok", tags=["x" * 201]),
+        lambda: me.remember("ok", tags=[f"t{i}" for i in range(65)]),
+        lambda: me.remember_many([{"content": "fine"}, {"content": huge}]),
+        lambda: me.recall("q" * 8_001),
+        lambda: me.search("q" * 8_001),
+        lambda: me.explain("q" * 8_001),
+    ):
+        with pytest.raises(ValidationError, match=r"limit|at most"):
+            call()
+    assert me.stats() == before and len(me.memories()) == 1
+
+
+def test_limits_are_configurable(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    small = make_engine(limits=Limits(content_chars=10, query_chars=5)).agent("alice")
+    with pytest.raises(ValidationError, match="more than the limit of 10"):
+        small.remember("eleven char")
+    small.remember("ten chars!")
+    with pytest.raises(ValidationError, match="query is 6 characters"):
+        small.recall("sixsix")
+    with pytest.raises(ConfigError, match=r"Limits\.query_chars"):
+        Limits(query_chars=0)
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_an_empty_query_is_an_error(engine: DynamicMemoryEngine, query: str) -> None:
+    me = engine.agent("alice")
+    me.remember("something")
+    with pytest.raises(ValidationError, match="query is empty"):
+        me.recall(query)
+
+
+@pytest.mark.parametrize("bad", ["lone \ud800 surrogate", "tail \udfff", "\udc80"])
+def test_lone_surrogates_are_validation_errors(engine: DynamicMemoryEngine, bad: str) -> None:
+    me = engine.agent("alice")
+    m = me.remember("a clean memory")
+    for call in (
+        lambda: me.remember(bad),
+        lambda: me.remember("ok", title=bad),
+        lambda: me.remember("ok", tags=[bad]),
+        lambda: me.recall(bad),
+        lambda: me.update(m.id, content=bad),
+    ):
+        with pytest.raises(ValidationError, match="not valid Unicode"):
+            call()
+    assert [x.content for x in me.memories()] == ["a clean memory"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"created_at": float("inf")}, "created_at must be epoch seconds"),
+        ({"created_at": float("nan")}, "created_at must be epoch seconds"),
+        ({"created_at": True}, "created_at must be epoch seconds"),
+        ({"shared": "no"}, "shared must be True or False"),
+        ({"shared": 1}, "shared must be True or False"),
+        ({"valid_from": float("-inf")}, "valid_from must be epoch seconds"),
+    ],
+)
+def test_bad_times_and_flags_are_refused(engine: DynamicMemoryEngine, fields: dict[str, object], match: str) -> None:
+    me = engine.agent("alice")
+    with pytest.raises(ValidationError, match=match):
+        me.remember("a memory", **fields)  # type: ignore[arg-type]
+    assert me.memories() == []
+
+
+@pytest.mark.parametrize("as_of", ["yesterday", float("nan"), float("inf"), True, [1.0]])
+def test_as_of_must_be_a_time(engine: DynamicMemoryEngine, as_of: object) -> None:
+    me = engine.agent("alice")
+    me.remember("a memory")
+    with pytest.raises(ValidationError, match="as_of must be epoch seconds"):
+        me.recall("memory", as_of=as_of)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tenant", [" acme", "acme ", "\tacme"])
+def test_tenants_with_surrounding_spaces_are_refused(engine: DynamicMemoryEngine, tenant: str) -> None:
+    with pytest.raises(ValidationError, match="tenant"):
+        engine.agent("alice", tenant=tenant)

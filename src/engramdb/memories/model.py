@@ -11,10 +11,10 @@ import enum
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from engramdb.errors import ValidationError
+from engramdb.errors import ConfigError, ValidationError
 
 
 class MemoryType(enum.StrEnum):
@@ -206,7 +206,8 @@ class Principal:
 
     def visibility(self, *, as_of: float | None = None, include_archived: bool = False) -> Visibility:
         """What this principal sees: its tenant, shared and its own memories, up to its cap."""
-        return Visibility(self.tenant, self.agent_id, self.cap, as_of, include_archived=include_archived)
+        when = None if as_of is None else check_time("as_of", as_of)
+        return Visibility(self.tenant, self.agent_id, self.cap, when, include_archived=include_archived)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,15 +310,59 @@ def check_status(mtype: MemoryType, status: object) -> TodoStatus | None:
         raise ValidationError(f"unknown todo status {status!r}; use open, done or dropped") from None
 
 
-def check_content(content: object) -> str:
-    if not isinstance(content, str):
-        raise ValidationError(f"content must be a str, got {type(content).__name__}")
-    if not content.strip():
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The largest input the engine takes, in characters (or items); anything bigger is a
+    `ValidationError` before any work is done. Defaults are sized for agent memories — notes,
+    facts, turns of a dialogue — with room to spare: a 64,000-character memory is ~16,000 tokens.
+    Give an engine others with ``DynamicMemoryEngine(…, limits=Limits(content_chars=…))``.
+    """
+
+    content_chars: int = 64_000
+    title_chars: int = 1_000
+    label_chars: int = 200  # one tag or entity
+    labels: int = 64  # tags (or entities) of one memory
+    query_chars: int = 8_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"Limits.{f.name} must be a whole number of 1 or more, got {v!r}")
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def check_text(name: str, value: object, limit: int, *, empty: bool = True) -> str:
+    """`value` if it is a str of valid Unicode (no lone surrogates) of at most `limit`
+    characters (and, without `empty`, not blank); else `ValidationError` saying which."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a str, got {type(value).__name__}")
+    if len(value) > limit:
+        raise ValidationError(
+            f"{name} is {len(value):,} characters, more than the limit of {limit:,} "
+            "(split it, or raise the engine's Limits)"
+        )
+    if not empty and not value.strip():
+        raise ValidationError(f"{name} is empty: it needs some text")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(
+            f"{name} is not valid Unicode text: a lone surrogate U+{ord(value[exc.start]):04X} at position "
+            f"{exc.start} (decode the source with errors='replace', or fix the text)"
+        ) from None
+    return value
+
+
+def check_content(content: object, limits: Limits = DEFAULT_LIMITS) -> str:
+    if isinstance(content, str) and not content.strip():
         raise ValidationError("content is empty: a memory needs some text")
-    return content
+    return check_text("content", content, limits.content_chars, empty=False)
 
 
-def check_labels(name: str, values: Iterable[object] | None) -> tuple[str, ...]:
+def check_labels(name: str, values: Iterable[object] | None, limits: Limits = DEFAULT_LIMITS) -> tuple[str, ...]:
     if values is None:
         return ()
     if isinstance(values, str):
@@ -326,9 +371,19 @@ def check_labels(name: str, values: Iterable[object] | None) -> tuple[str, ...]:
     for v in values:
         if not isinstance(v, str) or not v.strip():
             raise ValidationError(f"{name} must be non-empty strings, got {v!r}")
-        if v.strip() not in out:
-            out.append(v.strip())
+        label = check_text(f"each of {name}", v, limits.label_chars).strip()
+        if label not in out:
+            out.append(label)
+            if len(out) > limits.labels:
+                raise ValidationError(f"at most {limits.labels} {name} per memory (raise the engine's Limits)")
     return tuple(out)
+
+
+def check_time(name: str, value: object) -> float:
+    """`value` as epoch seconds: a finite number (not a bool), else `ValidationError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValidationError(f"{name} must be epoch seconds (a finite number), got {value!r}")
+    return float(value)
 
 
 def check_validity(valid_from: object, valid_to: object) -> tuple[float | None, float | None]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from engramdb.errors import MissingExtra
 from engramdb.memories.forgetting import ForgettingPolicy, with_lifecycle
-from engramdb.memories.model import Memory, Principal
+from engramdb.memories.model import DEFAULT_LIMITS, Limits, Memory, Principal
 from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.lexical_channel import LexicalChannel
@@ -62,8 +62,11 @@ class Runtime:
         fallback_embedder: Embedder | None,
         vector_index: str | Callable[[int], VectorIndex],
         vector_file: bool,
+        limits: Limits | None = None,
     ) -> None:
         self.store = store
+        #: the largest input taken (content, titles, labels, queries)
+        self.limits = limits or DEFAULT_LIMITS
         self.clock = clock
         self.scoring = scoring
         self.forgetting = forgetting
@@ -103,6 +106,7 @@ class Runtime:
                     channel = VectorChannel(embedder, self._make_index(embedder.dim), database=database)
                 recaller = Recaller(self.store, self.clock, self.scoring, embedder, channel, LexicalChannel())
                 recaller.annotate = self.annotate
+                recaller.limits = self.limits
                 self._parts = (embedder, channel, recaller)
             return self._parts
 

@@ -146,7 +146,9 @@ def import_jsonl(
     return import_records(agent, read_jsonl(source), progress=progress, total=total)
 
 
-def _memory(who: Principal, r: Mapping[str, Any]) -> tuple[NewMemory, Restored, list[MemoryVersion]]:
+def _memory(
+    who: Principal, r: Mapping[str, Any], limits: mm.Limits = mm.DEFAULT_LIMITS
+) -> tuple[NewMemory, Restored, list[MemoryVersion]]:
     """One memory record checked and turned into what the ports store."""
     unknown = set(r) - _KNOWN
     if unknown:
@@ -164,7 +166,7 @@ def _memory(who: Principal, r: Mapping[str, Any]) -> tuple[NewMemory, Restored, 
         raise ValidationError(
             f"memory {mid} is {level.name}, above this handle's cap {who.cap.name}; import with a higher cap"
         )
-    content = mm.check_content(r.get("content"))
+    content = mm.check_content(r.get("content"), limits)
     mtype = mm.check_type(r.get("type", "info"))
     imp, sal, conf = mm.check_scores(r.get("importance", 5.0), r.get("salience", 0.0), r.get("confidence", 1.0))
     vfrom, vto = mm.check_validity(r.get("valid_from"), r.get("valid_to"))
@@ -222,7 +224,7 @@ class _Importer:
         if not records:
             return
         rt, who, store = self.rt, self.who, self.rt.store
-        parsed = [_memory(who, {k: v for k, v in r.items() if k not in ("kind", "edges")}) for r in records]
+        parsed = [_memory(who, {k: v for k, v in r.items() if k not in ("kind", "edges")}, rt.limits) for r in records]
         fresh = [p for p in parsed if store.memories.key_of(who.tenant, p[0].memory.id) is None]
         self.counts["memories_present"] += len(parsed) - len(fresh)
         stones = store.tombstones.find(

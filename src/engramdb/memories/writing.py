@@ -93,22 +93,23 @@ def check_level(value: object) -> Confidentiality:
 # -- remember ------------------------------------------------------------------------------------
 
 
-def _prepare(who: Principal, item: Mapping[str, Any], now: float) -> dict[str, Any]:
+def _prepare(who: Principal, item: Mapping[str, Any], now: float, limits: mm.Limits) -> dict[str, Any]:
     if not isinstance(item, Mapping):
         raise ValidationError(f"each memory must be a mapping of fields, got {type(item).__name__}")
     unknown = set(item) - _KNOWN
     if unknown:
         raise ValidationError(f"unknown memory field(s): {', '.join(sorted(unknown))}")
-    content = mm.check_content(item.get("content"))
+    content = mm.check_content(item.get("content"), limits)
     mtype = mm.check_type(item.get("type", MemoryType.INFO))
     imp, sal, conf = mm.check_scores(
         item.get("importance", 5.0), item.get("salience", 0.0), item.get("confidence", 1.0)
     )
     status = mm.check_status(mtype, item.get("status"))
     vfrom, vto = mm.check_validity(item.get("valid_from"), item.get("valid_to"))
-    title = item.get("title") or ""
-    if not isinstance(title, str):
-        raise ValidationError(f"title must be a str, got {type(title).__name__}")
+    title = mm.check_text("title", item.get("title") or "", limits.title_chars)
+    shared = item.get("shared", False)
+    if not isinstance(shared, bool):
+        raise ValidationError(f"shared must be True or False, got {shared!r}")
     refs = tuple(item.get("refs") or ())
     if any(not isinstance(r, MemoryRef) for r in refs):
         raise ValidationError("refs must be MemoryRef values")
@@ -119,10 +120,7 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float) -> dict[str, A
             if r.kind == TRIGGER_KIND:
                 parse_trigger(r.key)
     created = item.get("created_at")
-    if created is None:
-        created = now
-    elif isinstance(created, bool) or not isinstance(created, (int, float)):
-        raise ValidationError(f"created_at must be epoch seconds, got {created!r}")
+    created = now if created is None else mm.check_time("created_at", created)
     level = item.get("confidentiality")
     level = who.floor if level is None else check_level(level)
     return {
@@ -132,10 +130,10 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float) -> dict[str, A
         "status": status,
         "validity": (vfrom, vto),
         "title": title,
-        "tags": mm.check_labels("tags", item.get("tags")),
-        "entities": mm.check_labels("entities", item.get("entities")),
+        "tags": mm.check_labels("tags", item.get("tags"), limits),
+        "entities": mm.check_labels("entities", item.get("entities"), limits),
         "refs": refs,
-        "owner": "" if item.get("shared") else who.agent_id,
+        "owner": "" if shared else who.agent_id,
         "created_at": float(created),
         "level": max(level, who.floor),
         "hash": content_hash(content),
@@ -178,7 +176,7 @@ def remember_many(
     """Store many memories in one transaction (all or nothing); see `Agent.remember_many`."""
     with otel.span("engramdb.remember", tenant=who.tenant, agent=who.agent_id, dedup=dedup) as span:
         now = rt.clock()
-        prepared = [_prepare(who, item, now) for item in items]
+        prepared = [_prepare(who, item, now, rt.limits) for item in items]
         otel.set_attributes(span, items=len(prepared))
         if not prepared:
             return []
@@ -329,9 +327,9 @@ def update(
         )
     if status is not None and current.type is not MemoryType.TODO:
         mm.check_status(current.type, status)
-    new_content = current.content if content is None else mm.check_content(content)
-    new_title = current.title if title is None else title
-    new_tags = current.tags if tags is None else mm.check_labels("tags", tags)
+    new_content = current.content if content is None else mm.check_content(content, rt.limits)
+    new_title = current.title if title is None else mm.check_text("title", title, rt.limits.title_chars)
+    new_tags = current.tags if tags is None else mm.check_labels("tags", tags, rt.limits)
     embedder = rt.embedder
     vec = None
     if embedder is not None and (new_content != current.content or new_title != current.title):

@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from engramdb.memories import scoring
 from engramdb.memories.access import log_accesses
-from engramdb.memories.model import Channel, Components, EdgeType, Memory, MemoryType, Visibility
+from engramdb.memories.model import (
+    DEFAULT_LIMITS,
+    Channel,
+    Components,
+    EdgeType,
+    Limits,
+    Memory,
+    MemoryType,
+    Visibility,
+    check_text,
+)
 from engramdb.observability import otel
 from engramdb.retrieval.keywords import keywords, query_entity_tokens, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
@@ -97,6 +107,8 @@ class Recaller:
         self.embedder, self.channel, self.lexical = embedder, channel, lexical
         #: adds read-time fields (retention, prune time) to each memory shown; set by the engine
         self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
+        #: the largest query taken; set by the engine
+        self.limits: Limits = DEFAULT_LIMITS
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -150,7 +162,10 @@ class Recaller:
         dry_run: bool,
         when: When = "auto",
     ) -> tuple[Recall, Explanation]:
-        """One recall; `when` names the time windows it anchors on (`retrieval.when.resolve_when`)."""
+        """One recall; `when` names the time windows it anchors on (`retrieval.when.resolve_when`).
+        A query that is not text, is blank, or is longer than `limits.query_chars` is a
+        `ValidationError` before anything is read or logged."""
+        check_text("query", query, self.limits.query_chars, empty=False)
         with otel.span(
             "engramdb.recall", tenant=vis.tenant, agent=vis.reader, k=k, hops=hops, channel=channel.value,
             dry_run=dry_run, query=query if otel.capture_text() else None,

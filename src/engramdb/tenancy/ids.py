@@ -36,4 +36,7 @@ def check_tenant(tenant: object) -> str:
     """Return `tenant` if it is a non-empty printable string of at most 128 characters, else `ValidationError`."""
     if not isinstance(tenant, str) or not tenant or len(tenant) > 128 or not tenant.isprintable():
         raise ValidationError(f"tenant must be a non-empty printable string of at most 128 characters, got {tenant!r}")
+    if tenant != tenant.strip():
+        # " acme" and "acme" would be two tenants that look alike in every listing
+        raise ValidationError(f"tenant must not start or end with spaces, got {tenant!r}")
     return tenant

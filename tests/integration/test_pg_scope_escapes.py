@@ -439,6 +439,8 @@ CASES: list[tuple[str, str, str, tuple[type[BaseException], ...]]] = [
         "WITH u AS (UPDATE {a}.private_a_t SET secretcol = 'x' RETURNING id) INSERT INTO shared_notes (content) SELECT 'y' FROM u",
         SV,
     ),
+    ("select-into-makes-table", S, "SELECT * INTO shared_copy FROM shared_notes", SV),
+    ("select-for-update-foreign", S, "SELECT * FROM {os}.shared_notes FOR UPDATE", SV),
     ("cte-delete-own-in-read", S, "WITH d AS (DELETE FROM shared_notes RETURNING *) SELECT count(*) FROM d", SV),
 ]
 
@@ -1036,3 +1038,28 @@ def test_retriever_on_a_postgres_table(fresh: tuple[str, list[PostgresScope]]) -
     fresh[1].append(scope)
     semantic = MemoryRetriever(scope=scope, table="shared_notes", semantic=True)
     assert semantic.rank("implies")[0].content == "Finding: X implies Y"
+
+
+def test_stream_inside_a_transaction(fresh: tuple[str, list[PostgresScope]]) -> None:
+    shared = _open(fresh, "shared")
+    shared.execute("CREATE TABLE shared_s (id bigserial PRIMARY KEY, v int)")
+    shared.executemany("INSERT INTO shared_s (v) VALUES (?)", [(i,) for i in range(10)])
+    shared.begin()
+    shared.execute("INSERT INTO shared_s (v) VALUES (100)")
+    stream = shared.stream("SELECT v FROM shared_s ORDER BY id", batch=4)
+    assert next(stream) == [(0,), (1,), (2,), (3,)]
+    # its connection answers one statement at a time: a clear error, not a wait
+    with pytest.raises(TransactionError, match="stream"):
+        shared.execute("SELECT 1")
+    assert shared.in_transaction
+    stream.close()
+    assert shared.query("SELECT count(*) FROM shared_s") == [(11,)]
+    stream = shared.stream("SELECT v FROM shared_s", batch=2)
+    next(stream)
+    shared.rollback()  # closes the stream still reading, then rolls back
+    assert shared.query("SELECT count(*) FROM shared_s") == [(10,)]
+    # outside a transaction a stream reads on a connection of its own
+    stream = shared.stream("SELECT v FROM shared_s ORDER BY id", batch=3)
+    assert next(stream) == [(0,), (1,), (2,)]
+    shared.execute("INSERT INTO shared_s (v) VALUES (200)")
+    assert sum(len(b) for b in stream) == 7

@@ -30,11 +30,15 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from engramdb.errors import BackendError, MissingExtra
 
-from engramdb.errors import BackendError
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+except ImportError:  # pragma: no cover - the extra is installed wherever the tests run
+    raise MissingExtra("the PostgreSQL backend", "postgres") from None
+
 from engramdb.scopes.namespace import Namespace
 
 #: the admin-only schema of the scope registry and the password secret

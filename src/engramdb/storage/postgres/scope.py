@@ -22,16 +22,22 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import inspect
 import itertools
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-import psycopg.errors
-from psycopg import pq
-from psycopg_pool import ConnectionPool, PoolTimeout
+from engramdb.errors import MissingExtra
+
+try:
+    import psycopg
+    import psycopg.errors
+    from psycopg import pq
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError:  # pragma: no cover - the extra is installed wherever the tests run
+    raise MissingExtra("the PostgreSQL backend", "postgres") from None
 
 from engramdb.errors import (
     BackendError,
@@ -116,7 +122,7 @@ class PostgresScope(MemoryScope):
             raise BackendError(f"cannot connect as the role of scope '{namespace.label}'") from None
         self._local = threading.local()
         self._shapes: dict[str, bool] = {}
-        self._watchdog = _Watchdog()
+        self._watchdog = _WATCHDOG
 
     # -- what the port asks for ------------------------------------------------------------------
 
@@ -204,10 +210,13 @@ class PostgresScope(MemoryScope):
             raise ScopeViolation("stream() runs SELECT statements only")
         query, args = _translate(sql, params)
         self._check_params(args)
-        return self._stream(query, args, batch)
+        gen = self._stream(query, args, batch)
+        if getattr(self._local, "conn", None) is not None:
+            self._local.stream = gen  # it reads on the transaction's connection: see `_pinned`
+        return gen
 
     def _stream(self, query: str, args: Any, batch: int) -> Generator[list[Row], None, None]:
-        pinned = self._pinned()
+        pinned: Conn | None = getattr(self._local, "conn", None)
         conn = pinned if pinned is not None else self._borrow()
         try:
             with self._read_only(conn, pinned is not None), self._errors(conn):
@@ -215,8 +224,9 @@ class PostgresScope(MemoryScope):
                 out: list[Row] = []
                 with conn.cursor(binary=True) as cur:
                     deadline = self._watchdog.arm(conn, self._timeout + _GRACE)
+                    rows = cur.stream(query, args, size=min(batch, 1000))
                     try:
-                        for row in cur.stream(query, args, size=min(batch, 1000)):
+                        for row in rows:
                             budget.take(row)
                             out.append(row)
                             if len(out) >= batch:
@@ -226,12 +236,16 @@ class PostgresScope(MemoryScope):
                                 out = []
                                 deadline = self._watchdog.arm(conn, self._timeout + _GRACE)
                     finally:
+                        # closing psycopg's generator cancels what is left and frees the connection
+                        getattr(rows, "close", lambda: None)()
                         self._watchdog.disarm(deadline)
                 if out:
                     yield out
         finally:
             if pinned is None:
                 self._give_back(conn)
+            else:
+                self._local.stream = None
 
     # -- admission: the classifier's questions, asked once per text --------------------------------
 
@@ -377,8 +391,26 @@ class PostgresScope(MemoryScope):
     # -- connections and transactions ----------------------------------------------------------
 
     def _pinned(self) -> Conn | None:
+        """This thread's transaction connection, if it has one (and no stream() reading on it:
+        its connection answers one statement at a time)."""
         conn: Conn | None = getattr(self._local, "conn", None)
+        if conn is not None and self._streaming():
+            raise TransactionError(
+                f"a stream() of this thread's transaction on '{self.label}' is still reading: "
+                "exhaust or close it before the next statement"
+            )
         return conn
+
+    def _streaming(self) -> bool:
+        gen = getattr(self._local, "stream", None)
+        return gen is not None and inspect.getgeneratorstate(gen) == inspect.GEN_SUSPENDED
+
+    def _end_stream(self) -> None:
+        """Close a stream still reading on the transaction's connection, so that it can end."""
+        gen = getattr(self._local, "stream", None)
+        if gen is not None:
+            gen.close()
+            self._local.stream = None
 
     def _borrow(self) -> Conn:
         try:
@@ -408,6 +440,7 @@ class PostgresScope(MemoryScope):
 
     def commit(self) -> None:
         """Commit this thread's open transaction on this scope."""
+        self._end_stream()
         conn = self._pinned()
         if conn is None:
             raise TransactionError(f"commit() without begin() on '{self.label}' in this thread")
@@ -421,6 +454,7 @@ class PostgresScope(MemoryScope):
 
     def rollback(self) -> None:
         """Roll back this thread's open transaction on this scope; a no-op when none is open."""
+        self._end_stream()
         conn = self._pinned()
         if conn is None:
             return
@@ -435,7 +469,7 @@ class PostgresScope(MemoryScope):
     @property
     def in_transaction(self) -> bool:
         """True while this thread has a transaction open on this scope."""
-        return self._pinned() is not None
+        return getattr(self._local, "conn", None) is not None
 
     # -- catalog ---------------------------------------------------------------------------------
 
@@ -613,6 +647,10 @@ class _Watchdog:
                 self._live.discard(token)
             with contextlib.suppress(Exception):
                 conn.cancel_safe(timeout=2.0)
+
+
+#: one watchdog thread for every scope of the process
+_WATCHDOG = _Watchdog()
 
 
 # -- errors --------------------------------------------------------------------------------------

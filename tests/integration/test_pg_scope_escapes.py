@@ -1063,3 +1063,34 @@ def test_stream_inside_a_transaction(fresh: tuple[str, list[PostgresScope]]) -> 
     assert next(stream) == [(0,), (1,), (2,)]
     shared.execute("INSERT INTO shared_s (v) VALUES (200)")
     assert sum(len(b) for b in stream) == 7
+
+
+def test_a_statement_hidden_behind_a_read_outlives_nothing(fresh: tuple[str, list[PostgresScope]]) -> None:
+    """PostgreSQL's nested comments hide a SET (or a LISTEN) from the classifier, which calls the
+    text a read: reads are rolled back, so the setting never outlives the call."""
+    shared = _open(fresh, "shared")
+    budget = shared.query("SELECT current_setting('statement_timeout')")
+    for hidden in ("SET statement_timeout = 0", "LISTEN engram", "SET search_path = public"):
+        with pytest.raises(EngramError):
+            shared.execute(f"/* /* */ SELECT 1 */ {hidden}")
+        assert shared.query("SELECT current_setting('statement_timeout')") == budget
+        assert shared.query("SELECT current_schema()") == [(shared.schema,)]
+    shared.begin()
+    with pytest.raises(EngramError):
+        shared.execute("/* /* */ SELECT 1 */ SET statement_timeout = 0")
+    assert shared.query("SELECT current_setting('statement_timeout')") == budget
+    shared.rollback()
+
+
+def test_timeout_inside_a_transaction_keeps_it(fresh: tuple[str, list[PostgresScope]]) -> None:
+    shared = _open(fresh, "shared", statement_timeout=0.3)
+    shared.execute("CREATE TABLE shared_k (id bigserial PRIMARY KEY, v text)")
+    shared.begin()
+    shared.execute("INSERT INTO shared_k (v) VALUES ('kept')")
+    with pytest.raises(ResourceLimitExceeded):
+        shared.execute("SELECT pg_sleep(3)")
+    with pytest.raises(ResourceLimitExceeded):
+        shared.execute("INSERT INTO shared_k (v) SELECT 'x' FROM generate_series(1, 1000000000)")
+    assert shared.in_transaction
+    shared.commit()
+    assert shared.query("SELECT v FROM shared_k") == [("kept",)]

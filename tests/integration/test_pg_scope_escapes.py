@@ -1094,3 +1094,17 @@ def test_timeout_inside_a_transaction_keeps_it(fresh: tuple[str, list[PostgresSc
     assert shared.in_transaction
     shared.commit()
     assert shared.query("SELECT v FROM shared_k") == [("kept",)]
+
+
+def test_a_constraint_failing_at_commit_is_a_constraint_error(fresh: tuple[str, list[PostgresScope]]) -> None:
+    shared = _open(fresh, "shared")
+    shared.execute("CREATE TABLE shared_p (id int PRIMARY KEY)")
+    shared.execute("CREATE TABLE shared_c (p int REFERENCES shared_p(id) DEFERRABLE INITIALLY DEFERRED)")
+    with pytest.raises(ConstraintError):
+        shared.execute("INSERT INTO shared_c VALUES (5)")  # checked at the call's own COMMIT
+    shared.begin()
+    shared.execute("INSERT INTO shared_c VALUES (6)")
+    with pytest.raises(ConstraintError):
+        shared.commit()
+    assert not shared.in_transaction
+    assert shared.query("SELECT count(*) FROM shared_c") == [(0,)]

@@ -219,7 +219,8 @@ class PostgresScope(MemoryScope):
         pinned: Conn | None = getattr(self._local, "conn", None)
         conn = pinned if pinned is not None else self._borrow()
         try:
-            with self._read_only(conn, pinned is not None), self._errors(conn):
+            # errors outermost: BEGIN, COMMIT and ROLLBACK TO are the driver's too
+            with self._errors(conn), self._read_only(conn, pinned is not None):
                 budget = _Budget(self._max_rows, self._max_bytes, self._max_value)
                 out: list[Row] = []
                 with conn.cursor(binary=True) as cur:
@@ -297,7 +298,8 @@ class PostgresScope(MemoryScope):
                 if stmt.kind is Kind.READ
                 else self._atomic(conn, pinned is not None)
             )
-            with scope, self._errors(conn):
+            # errors outermost: a failing BEGIN, RELEASE or COMMIT is translated as well
+            with self._errors(conn), scope:
                 deadline = self._watchdog.arm(conn, self._timeout + _GRACE)
                 try:
                     return run(conn)
@@ -536,7 +538,7 @@ class PostgresScope(MemoryScope):
         pinned = self._pinned()
         conn = pinned if pinned is not None else self._borrow()
         try:
-            with self._read_only(conn, pinned is not None), self._errors(conn):
+            with self._errors(conn), self._read_only(conn, pinned is not None):
                 return conn.execute(query, args).fetchall()
         finally:
             if pinned is None:

@@ -647,8 +647,10 @@ class _Watchdog:
                     continue
                 heapq.heappop(self._heap)
                 self._live.discard(token)
-            with contextlib.suppress(Exception):
-                conn.cancel_safe(timeout=2.0)
+                # under the lock: the statement's own disarm waits for the cancel to land, so the
+                # cancel can never hit the next statement on that connection
+                with contextlib.suppress(Exception):
+                    conn.cancel_safe(timeout=2.0)
 
 
 #: one watchdog thread for every scope of the process
@@ -679,15 +681,15 @@ def _convert(exc: psycopg.Error, ns: Namespace, conn: Conn | None) -> EngramErro
     if state in _LIMITS:
         return ResourceLimitExceeded(f"the statement exceeds a size limit: {message}")
     if state == "42501" or state == "3F000":
-        return ScopeViolation(ns.rule())
+        return _refused(ns)
     if state == "42704" and message.startswith("role"):
-        return ScopeViolation(ns.rule())  # SET ROLE / OWNER TO / GRANT … TO a role that may not exist
+        return _refused(ns)  # SET ROLE / OWNER TO / GRANT … TO a role that may not exist
     if state == "25006":
         return ScopeViolation("a read may not write: run INSERT, UPDATE or DELETE statements as themselves")
     if state in _REFUSALS and not _mentions_only_own(message, ns):
-        return ScopeViolation(ns.rule())
+        return _refused(ns)
     if _mentions_foreign(message, ns):
-        return ScopeViolation(ns.rule())
+        return _refused(ns)
     if state.startswith("23"):
         return ConstraintError(message)
     if state.startswith("40") or state.startswith("08") or state.startswith("53") or state.startswith("57"):
@@ -695,6 +697,15 @@ def _convert(exc: psycopg.Error, ns: Namespace, conn: Conn | None) -> EngramErro
     if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) and not state:
         return BackendError(message or "the connection to PostgreSQL failed")
     return SqlError(message)
+
+
+def _refused(ns: Namespace) -> ScopeViolation:
+    """The one text of every refusal by the server: it never says what was refused, or whether
+    it exists."""
+    return ScopeViolation(
+        f"{ns.rule()}; the server refuses this scope's role everything outside its own schema "
+        "(other namespaces and tenants, engine tables, catalogs, server files, functions it may not run)"
+    )
 
 
 def _quoted_names(message: str) -> list[str]:

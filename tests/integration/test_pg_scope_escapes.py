@@ -1108,3 +1108,26 @@ def test_a_constraint_failing_at_commit_is_a_constraint_error(fresh: tuple[str, 
         shared.commit()
     assert not shared.in_transaction
     assert shared.query("SELECT count(*) FROM shared_c") == [(0,)]
+
+
+def test_the_derived_password_is_the_role_password(world: World) -> None:
+    """The test server trusts local logins, so check the password against the role's stored SCRAM
+    verifier instead: what `provision` derives in any process is what the server will accept."""
+    import base64
+    import hashlib
+    import hmac
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    where = roles.provision(world.url, "other", ns_of(A))
+    password = str(conninfo_to_dict(where.conninfo)["password"])
+    with psycopg.connect(world.url) as c:
+        row = c.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (where.role,)).fetchone()
+    assert row is not None and str(row[0]).startswith("SCRAM-SHA-256$")
+    iterations_salt, keys = str(row[0]).split("$", 1)[1].split("$")
+    iterations, salt = iterations_salt.split(":")
+    stored_key, server_key = keys.split(":")
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(salt), int(iterations))
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    assert base64.b64encode(hashlib.sha256(client_key).digest()).decode() == stored_key
+    assert base64.b64encode(hmac.new(salted, b"Server Key", hashlib.sha256).digest()).decode() == server_key

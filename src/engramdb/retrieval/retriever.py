@@ -103,6 +103,9 @@ class MemoryRetriever:
         elif recency_column.lower() not in columns:
             raise SqlError(f"table {table} has no column {recency_column}")
         self.recency_column = recency_column
+        #: the SQL name of the table's integer row key (SQLite's rowid, a PostgreSQL primary key)
+        self.key = scope.row_key(table)
+        self._folds_case: bool | None = None
         embedder = scope.embedder
         self.semantic = (embedder is not None) if semantic is None else semantic
         self._vectors: RowVectors | None = None
@@ -134,7 +137,7 @@ class MemoryRetriever:
         need = limit if limit is not None else max(32, self.token_budget // 8)
         kws = keywords(query)
         content = _quote(self.content_column)
-        recency = _quote(self.recency_column) if self.recency_column else "rowid"
+        recency = _quote(self.recency_column) if self.recency_column else self.key
         table = _quote(self.table)
         sims = self._vectors.similarities(query) if self._vectors is not None else {}
         matched: list[RetrievedRow] = []
@@ -149,19 +152,27 @@ class MemoryRetriever:
     def _keyword_rows(
         self, kws: list[str], need: int, sims: dict[int, float], content: str, recency: str, table: str
     ) -> list[RetrievedRow]:
-        # One bound term per keyword. LIKE folds ASCII case without copying the text (2.4× faster
-        # than instr(lower(…)) measured at 10k rows); non-ASCII keywords also try upper and title
-        # case, since SQLite folds ASCII letters only.
+        # One bound term per keyword. SQLite's LIKE folds ASCII case without copying the text (2.4×
+        # faster than instr(lower(…)) measured at 10k rows); non-ASCII keywords also try upper and
+        # title case, since SQLite folds ASCII letters only. Where LIKE keeps case (PostgreSQL),
+        # the lowered text is matched against lowered patterns instead.
+        folds = self._like_folds_case()
+        subject = content if folds else f"lower({content})"
         terms: list[str] = []
         params: list[str] = []
         for k in kws:
             variants = [k] if k.isascii() else sorted({k, k.upper(), k.title()})
-            terms.append("(" + " OR ".join([f"{content} LIKE ? ESCAPE '\\'"] * len(variants)) + ")")
+            if not folds:
+                variants = sorted({f(v) for v in variants for f in (str.lower, _ascii_lower)})
+            like = " OR ".join([f"{subject} LIKE ? ESCAPE '\\'"] * len(variants))
+            terms.append(f"CASE WHEN {like} THEN 1 ELSE 0 END")
             params.extend("%" + v.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for v in variants)
         bound = " + ".join(terms)
+        # The bound is named in a subquery so that the outer WHERE may use it (PostgreSQL does not
+        # let WHERE name a SELECT alias; SQLite flattens the subquery to the same plan).
         sql = (
-            f"SELECT rowid, {content}, {recency}, {bound} AS ub FROM {table} "  # noqa: S608 - identifiers validated and quoted
-            f"WHERE {content} IS NOT NULL AND ub > 0 ORDER BY ub DESC"
+            f"SELECT k, c, r, ub FROM (SELECT {self.key} AS k, {content} AS c, {recency} AS r, {bound} AS ub "  # noqa: S608 - identifiers validated and quoted
+            f"FROM {table} WHERE {content} IS NOT NULL) AS ranked WHERE ub > 0 ORDER BY ub DESC"
         )
         found: list[RetrievedRow] = []
         best: list[int] = []  # a min-heap of the `need` largest whole-word hit counts so far
@@ -193,20 +204,32 @@ class MemoryRetriever:
             if not best:
                 return []
             marks = ",".join("?" * len(best))
-            sql = f"SELECT rowid, {content}, {recency} FROM {table} WHERE rowid IN ({marks})"  # noqa: S608
+            sql = f"SELECT {self.key}, {content}, {recency} FROM {table} WHERE {self.key} IN ({marks})"  # noqa: S608
             found = {int(r[0]): r for r in self.scope.query(sql, best)}
             return [RetrievedRow(rid, str(found[rid][1]), 0, found[rid][2], sims[rid]) for rid in best if rid in found]
         sql = (
-            f"SELECT rowid, {content}, {recency} FROM {table} WHERE {content} IS NOT NULL "  # noqa: S608
-            f"ORDER BY {recency} DESC, rowid DESC LIMIT ?"
+            # NULL recency last on every backend (PostgreSQL sorts NULLs first when descending)
+            f"SELECT {self.key}, {content}, {recency} FROM {table} WHERE {content} IS NOT NULL "  # noqa: S608
+            f"ORDER BY ({recency} IS NULL), {recency} DESC, {self.key} DESC LIMIT ?"
         )
         out = [RetrievedRow(int(r[0]), str(r[1]), 0, r[2]) for r in self.scope.query(sql, (limit + len(taken),))]
         return [r for r in out if r.rowid not in taken][:limit]
+
+    def _like_folds_case(self) -> bool:
+        """Whether the database's LIKE ignores ASCII case (SQLite) or not (PostgreSQL); asked once."""
+        if self._folds_case is None:
+            rows = self.scope.query("SELECT CASE WHEN 'A' LIKE 'a' THEN 1 ELSE 0 END")
+            self._folds_case = bool(rows and rows[0][0])
+        return self._folds_case
 
     def retrieve(self, query: str) -> str:
         """The ranked rows for `query`, wrapped as untrusted evidence within the token budget."""
         items = [EvidenceItem(f"{self.table} row {r.rowid}", r.content) for r in self.rank(query)]
         return render_evidence(items, self.token_budget, self.token_counter)
+
+
+def _ascii_lower(text: str) -> str:
+    return text.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
 
 
 def _order(r: RetrievedRow) -> tuple[int, float, tuple[int, float, _Desc], int]:

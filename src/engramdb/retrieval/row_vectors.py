@@ -61,7 +61,8 @@ class RowVectors:
             if self._loaded and self._seen.get(tid) == self._version():
                 return
             np = self._np
-            rows = self.scope.query(f'SELECT rowid, "{self.column}" FROM "{self.table}"')  # noqa: S608 - names validated by caller
+            rowkey = self.scope.row_key(self.table)
+            rows = self.scope.query(f'SELECT {rowkey}, "{self.column}" FROM "{self.table}"')  # noqa: S608 - names validated by caller
             store = self.scope.row_vectors
             model = self.embedder.name
             key = (self.table, self.column, model)

@@ -626,6 +626,12 @@ class MemoryScope(abc.ABC):
         """The column names of this namespace's `table`, in order; `SqlError` when there is no
         such table (said alike for a table of another namespace)."""
 
+    @abc.abstractmethod
+    def row_key(self, table: str) -> str:
+        """The SQL name of `table`'s integer row key, for retrievers to select, sort and look rows
+        up by (SQLite: ``rowid``; PostgreSQL: the table's single-column integer primary key);
+        `SqlError` when the table has none, or is no table of this namespace."""
+
     def __repr__(self) -> str:
         return f"MemoryScope({self.label!r})"
 

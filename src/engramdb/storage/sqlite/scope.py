@@ -361,6 +361,11 @@ class SqliteScope(MemoryScope):
         """The tables of this namespace only, sorted by name."""
         return [name for name in self._store.table_names() if self.namespace.owns(name)]
 
+    def row_key(self, table: str) -> str:
+        """``rowid`` (a WITHOUT ROWID table has none, and reading it says so: "no such column: rowid")."""
+        self.columns(table)  # the same "no such table" for a missing or foreign table
+        return "rowid"
+
     def columns(self, table: str) -> list[str]:
         """The column names of this namespace's `table`, in order; `SqlError` when there is no such
         table (said alike for a foreign table, which this scope may not read)."""

@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: engine tables in schema ``engram``, raw-SQL scopes isolated by roles and grants."""

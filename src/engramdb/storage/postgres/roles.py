@@ -1,0 +1,322 @@
+"""Schemas and login roles for raw-SQL scopes on PostgreSQL: the server decides isolation.
+
+Each (tenant, namespace) pair gets
+
+- a schema of its own, owned by the admin role, holding that namespace's tables under their full
+  names (``shared_notes``, ``private_researcher_scratch``);
+- a LOGIN role of its own: NOINHERIT, member of nothing, with USAGE and CREATE on its schema and
+  CONNECT on the database — no other privilege — and ``search_path`` set to its schema.
+
+Scope statements run on connections that log in as that role, so the session user *is* the scope
+role: ``SET ROLE`` and ``SET SESSION AUTHORIZATION`` have nowhere to go. The admin owning the
+schema (not the scope role) means the scope can neither drop its schema nor grant anyone USAGE on
+it, so even a table it grants to PUBLIC stays out of other scopes' reach.
+
+Role names are cluster-wide, so each starts with the database name (the test fixture drops roles
+by that prefix) and ends with a hash of (tenant, namespace); names stay within 63 bytes. The
+password of a role is an HMAC of its name under a random secret that only the admin role can read
+(``engram_scopes.secret``), so any process holding the admin URL can log in as any scope role.
+
+`harden` makes the database deny by default what PUBLIC would otherwise give every scope role; it
+needs a superuser for the parts that change objects of ``pg_catalog`` (see `HARDENING`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from engramdb.errors import BackendError, MissingExtra
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+except ImportError:  # pragma: no cover - the extra is installed wherever the tests run
+    raise MissingExtra("the PostgreSQL backend", "postgres") from None
+
+from engramdb.scopes.namespace import Namespace
+
+#: the admin-only schema of the scope registry and the password secret
+REGISTRY_SCHEMA = "engram_scopes"
+
+#: one advisory lock key for provisioning (admin sessions only: PUBLIC may not take advisory locks)
+_LOCK_KEY = 0x656E6772616D  # "engram"
+
+#: Functions PUBLIC may no longer execute in this database, with every overload. Each one would
+#: let a scope reach past its schema: session settings (set_config: search_path, role, timeouts),
+#: cross-session signals (pg_notify), database-wide lock keys (advisory locks), large objects
+#: (server files through lo_import / lo_export, and objects outside any schema), server files and
+#: directories, and lookups by oid that print names or definitions of other schemas' objects.
+#: (``pg_get_expr`` stays: it needs a node tree that only the revoked catalogs hold, and
+#: ``information_schema.columns`` calls it as the querying role.)
+REVOKED_FUNCTIONS = (
+    "set_config",
+    "pg_notify",
+    "pg_listening_channels",
+    "pg_advisory_lock",
+    "pg_advisory_lock_shared",
+    "pg_advisory_unlock",
+    "pg_advisory_unlock_shared",
+    "pg_advisory_unlock_all",
+    "pg_try_advisory_lock",
+    "pg_try_advisory_lock_shared",
+    "pg_advisory_xact_lock",
+    "pg_advisory_xact_lock_shared",
+    "pg_try_advisory_xact_lock",
+    "pg_try_advisory_xact_lock_shared",
+    "lo_creat",
+    "lo_create",
+    "lo_open",
+    "lo_close",
+    "loread",
+    "lowrite",
+    "lo_lseek",
+    "lo_lseek64",
+    "lo_tell",
+    "lo_tell64",
+    "lo_truncate",
+    "lo_truncate64",
+    "lo_unlink",
+    "lo_import",
+    "lo_export",
+    "lo_get",
+    "lo_put",
+    "lo_from_bytea",
+    "pg_read_file",
+    "pg_read_binary_file",
+    "pg_ls_dir",
+    "pg_stat_file",
+    "pg_ls_logdir",
+    "pg_ls_waldir",
+    "pg_ls_tmpdir",
+    "pg_ls_archive_statusdir",
+    "pg_get_userbyid",
+    "pg_stat_get_activity",
+    "pg_stat_get_backend_userid",
+    "pg_stat_get_backend_dbid",
+    "pg_stat_get_backend_activity",
+    "pg_stat_get_backend_pid",
+    "pg_stat_get_backend_idset",
+    "pg_blocking_pids",
+    "pg_safe_snapshot_blocking_pids",
+    "pg_lock_status",
+    "pg_describe_object",
+    "pg_identify_object",
+    "pg_identify_object_as_address",
+    "pg_get_object_address",
+    "pg_get_indexdef",
+    "pg_get_constraintdef",
+    "pg_get_triggerdef",
+    "pg_get_viewdef",
+    "pg_get_ruledef",
+    "pg_get_functiondef",
+    "pg_get_statisticsobjdef",
+    "pg_get_partkeydef",
+    "pg_get_serial_sequence",
+    "pg_get_publication_tables",
+    "pg_relation_filenode",
+    "pg_relation_filepath",
+    "pg_filenode_relation",
+    "pg_terminate_backend",
+    "pg_cancel_backend",
+)
+
+#: What `harden` does, for the docs and for a DBA to run by hand (``{db}`` is the database).
+HARDENING = (
+    "REVOKE ALL ON DATABASE {db} FROM PUBLIC  -- CONNECT, TEMP (no temp tables), CREATE",
+    "REVOKE ALL ON SCHEMA public FROM PUBLIC  -- no CREATE and no USAGE in public",
+    "REVOKE USAGE ON LANGUAGE sql, plpgsql FROM PUBLIC  -- no CREATE FUNCTION, no DO",
+    "REVOKE SELECT ON ALL TABLES IN SCHEMA pg_catalog FROM PUBLIC  -- catalogs name other schemas' objects",
+    "REVOKE EXECUTE ON FUNCTION <each of REVOKED_FUNCTIONS> FROM PUBLIC",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeRole:
+    """Where one scope lives: its schema, its login role, and how to connect as that role."""
+
+    tenant: str
+    label: str
+    schema: str
+    role: str
+    conninfo: str  # a libpq connection string logging in as `role` (password included)
+
+
+def _mac(secret: bytes, *parts: str, n: int) -> str:
+    msg = "\x00".join(parts).encode("utf-8", "surrogatepass")
+    return hmac.new(secret, msg, hashlib.sha256).hexdigest()[:n]
+
+
+def role_name(database: str, secret: bytes, tenant: str, namespace: Namespace) -> str:
+    """``<database>_s<mac>``, at most 63 bytes; a database name too long for that is shortened
+    and hashed (its roles then no longer start with the full name). The MAC is keyed by the
+    database's secret, so nobody can compute a tenant's or an agent's role name from its name."""
+    tail = "_s" + _mac(secret, "role", tenant, namespace.label, n=16)
+    db = database
+    if len(db.encode()) + len(tail) > 63:
+        db = db.encode()[:38].decode("utf-8", "ignore") + "_" + hashlib.sha256(database.encode()).hexdigest()[:8]
+    return db + tail
+
+
+def schema_name(secret: bytes, tenant: str, namespace: Namespace) -> str:
+    """``scope_<mac>``: tenant and agent names stay out of catalog names, and a schema's name
+    cannot be computed (and then probed for) from a tenant's name."""
+    return "scope_" + _mac(secret, "schema", tenant, namespace.label, n=24)
+
+
+_hardened: set[str] = set()
+_hardened_lock = threading.Lock()
+
+
+def provision(admin_url: str, tenant: str, namespace: Namespace, *, connect_timeout: float = 10.0) -> ScopeRole:
+    """Make (or find) the schema and role of (`tenant`, `namespace`); safe to call from many
+    threads and processes at once, and again and again. Harden the database first (once per
+    process). Raises `BackendError` when the server refuses (e.g. the admin lacks CREATEROLE)."""
+    try:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=int(connect_timeout)) as conn:
+            database = str(_one(conn, "SELECT current_database()"))
+            key = f"{conninfo_to_dict(admin_url).get('host', '')}/{database}"
+            with _hardened_lock:
+                done = key in _hardened
+            if not done:
+                harden(conn)
+                with _hardened_lock:
+                    _hardened.add(key)
+            for attempt in range(3):
+                try:
+                    return _provision(conn, admin_url, database, tenant, namespace)
+                except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject, psycopg.errors.DuplicateSchema):
+                    # another process won a race outside our advisory lock (a non-superuser admin
+                    # whose advisory locks were revoked by a DBA): its work stands, look again
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
+    except psycopg.Error as exc:
+        raise BackendError(
+            f"cannot provision the PostgreSQL scope '{namespace.label}' of tenant {tenant!r}: {exc}"
+        ) from None
+
+
+def _one(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]
+
+
+def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, tenant: str, ns: Namespace) -> ScopeRole:
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        secret = _secret(conn)
+        role, schema = role_name(database, secret, tenant, ns), schema_name(secret, tenant, ns)
+        ident_role, ident_schema = sql.Identifier(role), sql.Identifier(schema)
+        password = _mac(secret, "password", role, n=40)
+        known = _one(
+            conn,
+            f"SELECT role_name FROM {REGISTRY_SCHEMA}.scopes WHERE tenant = %s AND label = %s",  # noqa: S608 - constant
+            (tenant, ns.label),
+        )
+        exists = _one(conn, "SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)) is not None
+        attrs = sql.SQL(
+            "LOGIN NOINHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD {}"
+        ).format(sql.Literal(password))
+        if not exists:
+            conn.execute(sql.SQL("CREATE ROLE {} ").format(ident_role) + attrs)
+        elif known is None:
+            # A role of that name without a registry row: left over from an earlier database of the
+            # same name. Take it over with this database's password and no memberships.
+            conn.execute(sql.SQL("ALTER ROLE {} ").format(ident_role) + attrs)
+            for (group,) in conn.execute(
+                "SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid "
+                "JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = %s",
+                (role,),
+            ).fetchall():
+                conn.execute(sql.SQL("REVOKE {} FROM {}").format(sql.Identifier(group), ident_role))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION CURRENT_USER").format(ident_schema))
+        conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(ident_schema))
+        conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(ident_schema, ident_role))
+        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(database), ident_role))
+        conn.execute(
+            sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path TO {}").format(
+                ident_role, sql.Identifier(database), ident_schema
+            )
+        )
+        if known is None:
+            conn.execute(
+                f"INSERT INTO {REGISTRY_SCHEMA}.scopes (tenant, label, schema_name, role_name) "  # noqa: S608 - constant
+                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (tenant, ns.label, schema, role),
+            )
+    conninfo = make_conninfo(admin_url, user=role, password=password, application_name="engramdb-scope")
+    return ScopeRole(tenant, ns.label, schema, role, conninfo)
+
+
+def _secret(conn: psycopg.Connection[Any]) -> bytes:
+    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {REGISTRY_SCHEMA} AUTHORIZATION CURRENT_USER")
+    conn.execute(f"REVOKE ALL ON SCHEMA {REGISTRY_SCHEMA} FROM PUBLIC")
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {REGISTRY_SCHEMA}.secret "
+        "(one boolean PRIMARY KEY DEFAULT true CHECK (one), key bytea NOT NULL)"
+    )
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {REGISTRY_SCHEMA}.scopes (tenant text NOT NULL, label text NOT NULL, "
+        "schema_name text NOT NULL UNIQUE, role_name text NOT NULL UNIQUE, "
+        "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tenant, label))"
+    )
+    conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {REGISTRY_SCHEMA} FROM PUBLIC")
+    conn.execute(
+        f"INSERT INTO {REGISTRY_SCHEMA}.secret (key) VALUES (%s) ON CONFLICT DO NOTHING",  # noqa: S608 - constant
+        (secrets.token_bytes(32),),
+    )
+    return bytes(_one(conn, f"SELECT key FROM {REGISTRY_SCHEMA}.secret"))  # noqa: S608 - constant
+
+
+def harden(conn: psycopg.Connection[Any]) -> None:
+    """Take from PUBLIC, in this database, what would let a scope role reach past its schema
+    (`HARDENING`). Idempotent. Without a superuser, the ``pg_catalog`` part is checked instead of
+    made: a `BackendError` names the statements a superuser must run once."""
+    database = sql.Identifier(str(_one(conn, "SELECT current_database()")))
+    superuser = bool(_one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"))
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(database))
+        conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+        if not superuser:
+            missing = _unhardened(conn)
+            if missing:
+                raise BackendError(
+                    "PostgreSQL scopes need this database hardened by a superuser once; still open to PUBLIC: "
+                    + ", ".join(missing)
+                    + ". Run: "
+                    + "; ".join(HARDENING)
+                )
+            return
+        conn.execute("REVOKE USAGE ON LANGUAGE sql, plpgsql FROM PUBLIC")
+        conn.execute("REVOKE SELECT ON ALL TABLES IN SCHEMA pg_catalog FROM PUBLIC")
+        for (signature,) in conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace "
+            "AND p.proname = ANY(%s)",
+            (list(REVOKED_FUNCTIONS),),
+        ).fetchall():
+            conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(sql.SQL(signature)))
+
+
+def _unhardened(conn: psycopg.Connection[Any]) -> list[str]:
+    """What PUBLIC can still use among the superuser-only hardening steps."""
+    missing: list[str] = []
+    if _one(conn, "SELECT has_language_privilege('public', 'plpgsql', 'USAGE')"):
+        missing.append("LANGUAGE plpgsql")
+    if _one(conn, "SELECT has_table_privilege('public', 'pg_catalog.pg_class', 'SELECT')"):
+        missing.append("pg_catalog tables")
+    open_functions = _one(
+        conn,
+        "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY(%s) "
+        "AND has_function_privilege('public', p.oid, 'EXECUTE')",
+        (list(REVOKED_FUNCTIONS),),
+    )
+    if open_functions:
+        missing.append(f"{open_functions} functions of REVOKED_FUNCTIONS")
+    return missing

@@ -49,10 +49,11 @@ from engramdb.errors import (
     SqlError,
     TransactionError,
 )
-from engramdb.scopes.classify import Kind, Statement, TokenType, classify, tokenize
+from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import ExecResult, MemoryScope, Params, Row, RowVectorStore
 from engramdb.storage.postgres.roles import ScopeRole, provision
+from engramdb.storage.postgres.sqltext import dollar_form, lexers_agree, translate
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
@@ -169,7 +170,7 @@ class PostgresScope(MemoryScope):
         Raises `ScopeViolation` or `ForbiddenDDLError` when the statement reaches outside the
         namespace or the DDL safelist; a failed call changes nothing."""
         stmt = self._admit(sql)
-        query, args = _translate(sql, params)
+        query, args = translate(sql, params)
         rowcount, rows = self._call(stmt, query, args, lambda conn: self._run(conn, stmt, sql, query, args))
         return ExecResult(rowcount, None, rows)
 
@@ -183,8 +184,8 @@ class PostgresScope(MemoryScope):
         if stmt.kind is not Kind.WRITE:
             raise ScopeViolation("executemany() runs INSERT, REPLACE, UPDATE or DELETE statements only")
         batches = list(seq_of_params)
-        converted = [_translate(sql, p) for p in batches]
-        query = converted[0][0] if converted else _translate(sql, ())[0]
+        converted = [translate(sql, p) for p in batches]
+        query = converted[0][0] if converted else translate(sql, ())[0]
         args = [a for _, a in converted]
         for a in args:
             self._check_params(a)
@@ -208,7 +209,7 @@ class PostgresScope(MemoryScope):
         stmt = self._admit(sql)
         if stmt.kind is not Kind.READ:
             raise ScopeViolation("stream() runs SELECT statements only")
-        query, args = _translate(sql, params)
+        query, args = translate(sql, params)
         self._check_params(args)
         gen = self._stream(query, args, batch)
         if getattr(self._local, "conn", None) is not None:
@@ -267,7 +268,7 @@ class PostgresScope(MemoryScope):
                     f"index names in scope '{ns.label}' must start with {ns.prefix}"
                     + (" or be unprefixed names outside other namespaces" if ns.prefix == "shared_" else "")
                 )
-        if stmt.kind is not Kind.READ and not _lexers_agree(sql):
+        if stmt.kind is not Kind.READ and not lexers_agree(sql):
             raise InvalidStatement(
                 "PostgreSQL would read this statement's quotes or comments differently from the scope's "
                 "classifier (nested /* */ comments, E'' escapes, $$ quotes, [ ] or ` `): write it with plain "
@@ -334,7 +335,7 @@ class PostgresScope(MemoryScope):
         known = self._shapes.get(sql)
         if known is not None:
             return known
-        dollar = _dollar_form(query, args)
+        dollar = dollar_form(query, args)
         with conn.lock:
             res = conn.pgconn.prepare(b"", dollar.encode("utf-8", "surrogateescape"))
             if res.status != pq.ExecStatus.COMMAND_OK:
@@ -729,191 +730,3 @@ def _mentions_foreign(message: str, ns: Namespace) -> bool:
             if part.startswith(_FOREIGN_MARKS) and not ns.owns(part):
                 return True
     return False
-
-
-# -- placeholders and lexing -----------------------------------------------------------------------
-
-
-def _pg_lex(sql: str) -> Iterator[tuple[str, int, int]]:
-    """(kind, start, end) spans of `sql` as PostgreSQL's lexer reads it; kinds: ``word``, ``param``
-    (``?``), ``named`` (``:name``), ``semi``, ``other`` (strings, numbers, operators), and
-    ``skip`` (comments, quoted identifiers: text that is never a keyword). Raises
-    `InvalidStatement` for an unterminated string, identifier or comment."""
-    i, n = 0, len(sql)
-    while i < n:
-        c = sql[i]
-        if c.isspace():
-            i += 1
-        elif sql.startswith("--", i):
-            j = sql.find("\n", i)
-            j = n if j < 0 else j + 1
-            yield "skip", i, j
-            i = j
-        elif sql.startswith("/*", i):
-            depth, j = 1, i + 2
-            while depth:
-                a, b = sql.find("/*", j), sql.find("*/", j)
-                if b < 0:
-                    raise InvalidStatement("unterminated /* comment */ in the SQL")
-                if 0 <= a < b:
-                    depth, j = depth + 1, a + 2
-                else:
-                    depth, j = depth - 1, b + 2
-            yield "skip", i, j
-            i = j
-        elif c == "'" or (c in "eEbBxXnN" and sql.startswith("'", i + 1)) or sql[i : i + 3].upper() == "U&'":
-            if c != "'":
-                if c not in "xX":  # the classifier reads x'…' as one blob, and E, B, N, U as words
-                    yield "word", i, i + 1
-                i += 2 if sql[i + 1] == "&" else 1
-            backslash = c in "eE"
-            j = i + 1
-            while True:
-                if j >= n:
-                    raise InvalidStatement("unterminated string literal in the SQL")
-                ch = sql[j]
-                if backslash and ch == "\\":
-                    j += 2
-                    continue
-                if ch == "'":
-                    if sql.startswith("''", j):
-                        j += 2
-                        continue
-                    break
-                j += 1
-            yield "other", i, j + 1
-            i = j + 1
-        elif c == '"':
-            j = i + 1
-            while True:
-                k = sql.find('"', j)
-                if k < 0:
-                    raise InvalidStatement('unterminated quoted identifier starting with "')
-                if sql.startswith('""', k):
-                    j = k + 2
-                    continue
-                break
-            yield "skip", i, k + 1
-            i = k + 1
-        elif c == "$" and (tag := _dollar_tag(sql, i)) is not None:
-            k = sql.find(tag, i + len(tag))
-            if k < 0:
-                raise InvalidStatement("unterminated $$ string in the SQL")
-            yield "other", i, k + len(tag)
-            i = k + len(tag)
-        elif c.isalpha() or c == "_" or ord(c) > 127:
-            j = i + 1
-            while j < n and (sql[j].isalnum() or sql[j] in "_$" or ord(sql[j]) > 127):
-                j += 1
-            # a type name glued to ``::`` is a parameter-like token to the classifier (``:int``)
-            yield ("cast" if i >= 2 and sql[i - 2 : i] == "::" else "word"), i, j
-            i = j
-        elif c == "?":
-            yield "param", i, i + 1
-            i += 1
-        elif (
-            c == ":"
-            and not sql.startswith("::", i)
-            and (i == 0 or sql[i - 1] != ":")
-            and i + 1 < n
-            and (sql[i + 1].isalpha() or sql[i + 1] == "_")
-        ):
-            j = i + 2
-            while j < n and (sql[j].isalnum() or sql[j] == "_"):
-                j += 1
-            yield "named", i, j
-            i = j
-        elif c.isdigit():
-            j = i + 1
-            while j < n and (sql[j].isalnum() or sql[j] in "._"):
-                j += 1
-            yield "other", i, j
-            i = j
-        elif c == ";":
-            yield "semi", i, i + 1
-            i += 1
-        else:
-            yield "other", i, i + 1
-            i += 1
-
-
-def _dollar_tag(sql: str, i: int) -> str | None:
-    """``$tag$`` at `i` (``$$`` or ``$name$``), or None (``$1`` is a parameter, not a quote)."""
-    j = i + 1
-    while j < len(sql) and (sql[j].isalnum() or sql[j] == "_"):
-        j += 1
-    if j < len(sql) and sql[j] == "$" and not sql[i + 1 : j][:1].isdigit():
-        return sql[i : j + 1]
-    return None
-
-
-def _lexers_agree(sql: str) -> bool:
-    """The classifier's words and semicolons are PostgreSQL's, in the same order."""
-    try:
-        ours = [
-            t.text if t.type is TokenType.WORD else ";"
-            for t in tokenize(sql)
-            if t.type is TokenType.WORD or (t.type is TokenType.PUNCT and t.text == ";")
-        ]
-        theirs = [sql[a:b] if kind == "word" else ";" for kind, a, b in _pg_lex(sql) if kind in ("word", "semi")]
-    except InvalidStatement:
-        return False
-    return ours == theirs
-
-
-def _translate(sql: str, params: Params) -> tuple[str, Any]:
-    """`sql` for psycopg with `params`: ``?`` → ``%s`` for a sequence, ``:name`` → ``%(name)s`` for
-    a mapping, every ``%`` → ``%%``; nothing else changes."""
-    named = isinstance(params, Mapping)
-    if params is None:
-        args: Any = ()
-    elif named:
-        args = dict(params)
-    elif isinstance(params, (str, bytes)):
-        raise SqlError("params must be a sequence or a mapping of values, not a single string")
-    else:
-        args = list(params)
-    out: list[str] = []
-    last = 0
-    for kind, a, b in _pg_lex(sql):
-        if kind == "param" or (kind == "named" and named):
-            out.append(sql[last:a].replace("%", "%%"))
-            if kind == "param":
-                if named:
-                    raise SqlError("the SQL uses ? placeholders but the parameters are a mapping")
-                out.append("%s")
-            else:
-                name = sql[a + 1 : b]
-                if name not in args:
-                    raise SqlError(f"no value for the parameter :{name}")
-                out.append(f"%({name})s")
-            last = b
-    out.append(sql[last:].replace("%", "%%"))
-    return "".join(out), args
-
-
-def _dollar_form(query: str, args: Any) -> str:
-    """psycopg's form of `query` in the server's ``$n`` form, for a Describe (nothing is bound)."""
-    counter = itertools.count(1)
-    numbers: dict[str, int] = {}
-    out: list[str] = []
-    i, n = 0, len(query)
-    while i < n:
-        c = query[i]
-        if c == "%" and query.startswith("%%", i):
-            out.append("%")
-            i += 2
-        elif c == "%" and query.startswith("%s", i):
-            out.append(f"${next(counter)}")
-            i += 2
-        elif c == "%" and query.startswith("%(", i):
-            j = query.index(")s", i)
-            name = query[i + 2 : j]
-            if name not in numbers:
-                numbers[name] = next(counter)
-            out.append(f"${numbers[name]}")
-            i = j + 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)

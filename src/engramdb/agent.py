@@ -277,6 +277,12 @@ class Agent:
         """
         return writing.prune(self._runtime, self._principal, include_shared=include_shared)
 
+    def restore(self, memory_id: str) -> Memory:
+        """Bring back a memory that `prune`, a merge or reflection archived (this agent's own or a
+        shared one), so it is listed and recalled again; a memory that is not archived is returned
+        as it is. A forgotten memory cannot be restored: its text is gone (`NotFound`)."""
+        return writing.restore(self._runtime, self._principal, memory_id)
+
     def supersede(self, old_id: str, new_id: str) -> Edge:
         """Close the old fact (its `valid_to` becomes the new one's `valid_from`, or now) and link the
         new one to it with `refines`. Both must belong to the same owner."""
@@ -295,11 +301,13 @@ class Agent:
         trace_ref: str | None = None,
         as_of: float | None = None,
         when: When = "auto",
+        include_archived: bool = False,
     ) -> Recall:
         """The `k` memories most worth recalling for `query`, with spreading over `hops` edges.
 
         Deliberate channels (``recalled``, ``searched``) log the access and reinforce the hits;
-        ``injected`` logs without reinforcing. `as_of` recalls what was valid at that time.
+        ``injected`` logs without reinforcing. `as_of` recalls what was valid at that time;
+        `include_archived` also considers memories that were archived (pruned, merged away).
         `when` lifts memories made inside a time window (``ScoringConfig.w_when``; a lift, not a
         filter): ``"auto"`` reads the dates the query names ("on 13 March, 2023", "in May 2023"),
         None reads none, and ``(start, end)`` — epoch seconds, dates or aware datetimes — or a
@@ -316,8 +324,11 @@ class Agent:
             raise ValidationError(f"unknown channel {channel!r}; use recalled, searched or injected") from None
         if ch not in (Channel.RECALLED, Channel.SEARCHED, Channel.INJECTED):
             raise ValidationError(f"recall logs on recalled, searched or injected, not {ch.value}")
+        if not isinstance(include_archived, bool):
+            raise ValidationError(f"include_archived must be True or False, got {include_archived!r}")
+        vis = self._principal.visibility(as_of=as_of, include_archived=include_archived)
         recall, _ = self._runtime.recaller.run(
-            query, vis=self._principal.visibility(as_of=as_of), k=k, hops=hops, types=reading.check_types(types),
+            query, vis=vis, k=k, hops=hops, types=reading.check_types(types),
             channel=ch, trace_ref=trace_ref, dry_run=False, when=when,
         )  # fmt: skip
         return recall
@@ -552,6 +563,7 @@ class Agent:
     aedges = in_thread(edges)
     aforget = in_thread(forget)
     aprune = in_thread(prune)
+    arestore = in_thread(restore)
     asupersede = in_thread(supersede)
     arecall = in_thread(recall)
     asearch = in_thread(search)

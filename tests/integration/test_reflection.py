@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engramdb import DynamicMemoryEngine, TransactionError, ValidationError
+from engramdb import DynamicMemoryEngine, ForgettingPolicy, NotFound, TransactionError, ValidationError
 from engramdb.agent import Agent
 from engramdb.embeddings.base import Embedder
 from engramdb.errors import ConfigError
@@ -364,8 +364,10 @@ def test_llm_cap_keeps_confidential_memories_away_from_the_model(alice: Agent) -
 
 
 def test_reflect_runs_every_step_in_order_and_reports_counts(
-    eng: DynamicMemoryEngine, alice: Agent, clock: FixedClock
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock
 ) -> None:
+    eng = make_engine("decay", memory_embedder=fake_embedder(), forgetting=ForgettingPolicy(archive_by_decay=True))
+    alice = eng.agent("alice")
     fillers(alice)
     put(alice, KEY)
     put(alice, DUP)
@@ -390,6 +392,37 @@ def test_reflect_runs_every_step_in_order_and_reports_counts(
     assert report.reflection_rows_share == pytest.approx(alice.stats().reflection_rows_share)
     assert report.reflection_rows_share is not None and report.reflection_rows_share > 0
     assert report.reflection_reads_share == 0.0
+
+
+def test_a_full_run_archives_nothing_by_decay_unless_the_policy_says_so(alice: Agent, clock: FixedClock) -> None:
+    """What a user stored does not disappear because nobody read it: a full reflect() leaves
+    decayed memories alone by default; asking for the prune step (or Agent.prune) archives them."""
+    fact = put(alice, "The office wifi password is tulip42")
+    clock.advance(42 * DAY)  # unread for six weeks, default importance
+    report = reflect(alice)
+    assert report.pruned == 0 and "archiving by decay is off" in (report.step("prune").skipped or "")
+    assert alice.get(fact.id, touch=False).archived is False
+    assert [h.memory.id for h in alice.recall("wifi password", k=1)] == [fact.id]
+    clock.advance(200 * DAY)  # the recall above rehearsed it: it fades more slowly now
+    explicit = Reflector(alice).reflect(steps=["prune"])
+    assert explicit.pruned == 1
+    assert alice.recall("wifi password", k=1).hits == ()
+    assert [h.memory.id for h in alice.recall("wifi password", k=1, include_archived=True)] == [fact.id]
+    assert [m.id for m in alice.memories(include_archived=True) if m.archived] == [fact.id]
+    assert alice.restore(fact.id).archived is False
+    assert [h.memory.id for h in alice.recall("wifi password", k=1)] == [fact.id]
+
+
+def test_restore_is_for_archived_memories_this_agent_may_write(eng: DynamicMemoryEngine, alice: Agent) -> None:
+    mine = put(alice, "a note to keep")
+    assert alice.restore(mine.id).id == mine.id  # not archived: returned as it is
+    theirs = eng.agent("bob").remember("bob's private note")
+    with pytest.raises(NotFound):
+        alice.restore(theirs.id)
+    gone = put(alice, "a note to forget")
+    alice.forget(gone.id)
+    with pytest.raises(NotFound):
+        alice.restore(gone.id)
 
 
 def test_without_an_embedder_merge_and_link_are_skipped(make_engine: Callable[..., DynamicMemoryEngine]) -> None:

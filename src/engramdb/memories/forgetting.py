@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from engramdb.errors import ConfigError
 from engramdb.memories.model import Memory, MemoryType, TodoStatus
 
 HOUR = 3600.0
@@ -34,10 +35,20 @@ class ForgettingPolicy:
     protected_types: frozenset[MemoryType] = field(default_factory=lambda: frozenset({MemoryType.SKILL}))
     #: memories at or above this importance are never pruned
     importance_floor: float = 8.0
+    #: whether a full `reflect()` run archives decayed memories on its own. Off by default: what a
+    #: user stored does not disappear because nobody read it for a few weeks. `Agent.prune()`, or
+    #: ``reflect(steps=[…, "prune"])``, archives by decay when asked, whatever this says.
+    archive_by_decay: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("e_folding", "threshold", "min_age", "importance_floor"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ConfigError(f"ForgettingPolicy.{name} must be a finite number, got {v!r}")
         if self.e_folding <= 0 or not 0 < self.threshold < 1 or self.min_age < 0:
-            raise ValueError("e_folding must be > 0, threshold in (0, 1), min_age >= 0")
+            raise ConfigError("ForgettingPolicy: e_folding must be > 0, threshold in (0, 1), min_age >= 0")
+        if not isinstance(self.archive_by_decay, bool):
+            raise ConfigError(f"ForgettingPolicy.archive_by_decay must be True or False, got {self.archive_by_decay!r}")
 
 
 def stability(strength: int, policy: ForgettingPolicy) -> float:

@@ -207,6 +207,7 @@ class Reflector:
         self.config = config or ReflectionConfig()
         self.reconciler = reconciler
         self.reasoner = reasoner
+        self._decay_off = False
         self._steps: dict[str, Callable[[_Run, Callable[[], bool]], _Tally]] = {
             "merge": self._merge,
             "reconcile": self._reconcile,
@@ -230,6 +231,9 @@ class Reflector:
         `progress` hears stage ``reflect:<step>`` with (steps done, steps to run) as each step
         starts and ends."""
         wanted = _check_steps(steps)
+        # Archiving by decay is a policy choice: a full run leaves it out unless the policy
+        # turns it on; asking for the step by name is asking for it.
+        self._decay_off = steps is None and not self.rt.forgetting.archive_by_decay
         todo = [name for name in STEPS if name in wanted]
         with otel.span("engramdb.reflect", tenant=self.who.tenant, agent=self.who.agent_id, steps=todo) as span:
             result = self._reflect(wanted, todo, should_stop, progress)
@@ -688,6 +692,12 @@ class Reflector:
 
     def _prune(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
         tally = _Tally("prune")
+        if self._decay_off:
+            tally.skipped = (
+                "archiving by decay is off (ForgettingPolicy(archive_by_decay=True) turns it on for full runs; "
+                "reflect(steps=[..., 'prune']) or Agent.prune() archives when asked)"
+            )
+            return tally
         pruned = writing.prune(self.rt, self.who, include_shared=self.config.include_shared)
         tally.note = "Agent.prune (one transaction; not interruptible inside)"
         tally.changed = tally.examined = len(pruned)

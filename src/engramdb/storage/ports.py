@@ -250,6 +250,11 @@ class MemoryRows(Protocol):
         """Archive the unarchived memories among `ids` of `tenant`; how many were archived."""
         ...
 
+    def unarchive(self, tenant: str, ids: Sequence[str], stamp: int) -> int:
+        """Bring back the archived memories among `ids` of `tenant` (never the husk of a
+        forgotten one); how many were brought back."""
+        ...
+
     def archive_keys(self, keys: Sequence[int], stamp: int) -> int:
         """Archive memories `keys`; how many rows were written."""
         ...

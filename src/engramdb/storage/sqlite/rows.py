@@ -164,6 +164,17 @@ class SqliteMemoryRows:
         return db.total_changes - before
 
     @translated
+    def unarchive(self, tenant: str, ids: Sequence[str], stamp: int) -> int:
+        db = self._db()
+        before = db.total_changes
+        db.executemany(
+            "UPDATE engram_memories SET archived = 0, changed = ? WHERE id = ? AND tenant = ? AND archived = 1 "
+            "AND id NOT LIKE 'forgotten:%'",
+            [(stamp, mid, tenant) for mid in ids],
+        )
+        return db.total_changes - before
+
+    @translated
     def archive_keys(self, keys: Sequence[int], stamp: int) -> int:
         db = self._db()
         before = db.total_changes

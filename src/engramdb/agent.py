@@ -302,12 +302,16 @@ class Agent:
         as_of: float | None = None,
         when: When = "auto",
         include_archived: bool = False,
+        min_relevance: float | None = None,
     ) -> Recall:
         """The `k` memories most worth recalling for `query`, with spreading over `hops` edges.
 
         Deliberate channels (``recalled``, ``searched``) log the access and reinforce the hits;
         ``injected`` logs without reinforcing. `as_of` recalls what was valid at that time;
         `include_archived` also considers memories that were archived (pruned, merged away).
+        Each hit carries an absolute `Hit.relevance` in [0, 1], comparable across queries;
+        `min_relevance` keeps only hits at or above it, so a recall can return fewer than `k`
+        (none when nothing answers the query).
         `when` lifts memories made inside a time window (``ScoringConfig.w_when``; a lift, not a
         filter): ``"auto"`` reads the dates the query names ("on 13 March, 2023", "in May 2023"),
         None reads none, and ``(start, end)`` — epoch seconds, dates or aware datetimes — or a
@@ -329,7 +333,7 @@ class Agent:
         vis = self._principal.visibility(as_of=as_of, include_archived=include_archived)
         recall, _ = self._runtime.recaller.run(
             query, vis=vis, k=k, hops=hops, types=reading.check_types(types),
-            channel=ch, trace_ref=trace_ref, dry_run=False, when=when,
+            channel=ch, trace_ref=trace_ref, dry_run=False, when=when, min_relevance=min_relevance,
         )  # fmt: skip
         return recall
 
@@ -342,11 +346,13 @@ class Agent:
         trace_ref: str | None = None,
         as_of: float | None = None,
         when: When = "auto",
+        min_relevance: float | None = None,
     ) -> Recall:
         """Like `recall` without spreading activation, logged on the ``searched`` channel."""
         return self.recall(
-            query, k=k, hops=0, types=types, channel=Channel.SEARCHED, trace_ref=trace_ref, as_of=as_of, when=when
-        )
+            query, k=k, hops=0, types=types, channel=Channel.SEARCHED, trace_ref=trace_ref, as_of=as_of, when=when,
+            min_relevance=min_relevance,
+        )  # fmt: skip
 
     def explain(
         self,

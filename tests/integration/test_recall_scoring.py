@@ -216,3 +216,54 @@ def test_one_batch_is_not_an_episode(make_engine: MakeEngine, clock: FixedClock)
     assert by[batch_mate].ctx == pytest.approx(by[batch_mate].rel)
     assert by[after].ctx == pytest.approx(by[match.id].rel * math.exp(-60 / ScoringConfig().ctx_tau))
     e.close()
+
+
+# -- absolute relevance -----------------------------------------------------------------------------
+
+
+def _notes(make_engine: MakeEngine) -> DynamicMemoryEngine:
+    e = make_engine(memory_embedder=fake_embedder())
+    a = e.agent("alice")
+    for text in (
+        "INC-42 took checkout down for 20 minutes",
+        "The cause of INC-42 was an expired TLS certificate",
+        "Bob prefers aisle seats on long flights",
+        "Lunch is at noon on Fridays",
+    ):
+        a.remember(text)
+    return e
+
+
+def test_relevance_is_absolute_and_min_relevance_returns_fewer_than_k(make_engine: MakeEngine) -> None:
+    a = _notes(make_engine).agent("alice")
+    full = a.recall("what took checkout down?", k=4)
+    assert len(full) == 4  # recall still fills k by default
+    assert full[0].memory.content.startswith("INC-42 took") and full[0].relevance == 1.0
+    assert all(0.0 <= h.relevance <= 1.0 for h in full)
+    cut = a.recall("what took checkout down?", k=4, min_relevance=0.3)
+    assert [h.memory.id for h in cut] == [full[0].memory.id]
+    # a query nothing answers returns nothing above a threshold, whatever k asks for
+    assert a.recall("quantum chromodynamics lattice", k=4, min_relevance=0.3).hits == ()
+    assert len(a.recall("quantum chromodynamics lattice", k=4)) == 4
+    # the same memory has the same relevance whatever else the recall found (not min-max)
+    alone = a.recall("checkout down", k=1)[0]
+    assert alone.memory.id == full[0].memory.id and alone.relevance == 1.0
+
+
+def test_relevance_is_in_explain_and_bad_thresholds_are_refused(make_engine: MakeEngine) -> None:
+    a = _notes(make_engine).agent("alice")
+    r = a.recall("aisle seats", k=2)
+    ex = a.explain(r.recall_id or "")
+    assert ex.hits[0].relevance == r[0].relevance > 0
+    for bad in (-0.1, 1.5, "high", True):
+        with pytest.raises(ValidationError, match="min_relevance"):
+            a.recall("aisle seats", min_relevance=bad)  # type: ignore[arg-type]
+
+
+def test_absolute_relevance_counts_cosine_only_above_the_unrelated_level() -> None:
+    from engramdb.memories.scoring import absolute_relevance
+
+    assert absolute_relevance(0.0, 0.76, 0.76) == 0.0
+    assert absolute_relevance(0.0, 0.88, 0.76) == pytest.approx(0.5)
+    assert absolute_relevance(0.25, 0.80, 0.76) == 0.25
+    assert absolute_relevance(1.0, 0.1, 0.0) == 1.0

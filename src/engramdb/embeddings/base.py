@@ -8,6 +8,9 @@ Invariants every implementation keeps:
 - The same text always gives the same vector (deterministic, no network, no download).
 - `name` identifies the model and its version; vectors from different names are never
   compared (the store records the name beside each vector).
+
+An embedder may also say what cosine two unrelated texts typically have (``unrelated_cosine``, a
+float; 0 when absent): recall's absolute relevance counts only similarity above it.
 """
 
 from __future__ import annotations

@@ -106,6 +106,10 @@ class HashingEmbedder:
         self._stopwords: frozenset[str] = ENGLISH_STOPWORDS if stopwords else frozenset()
         self._cache: dict[str, _Features] = {}
 
+    #: the typical cosine of two unrelated texts (median over 1,525 docstring sentences at the
+    #: default settings; p90 0.15); see `StaticEmbedder.unrelated_cosine`
+    unrelated_cosine: float = 0.03
+
     @property
     def name(self) -> str:
         """Identifier of the configuration; every parameter that changes vectors is in it."""

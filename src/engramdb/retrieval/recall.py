@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from engramdb.errors import ValidationError
 from engramdb.memories import scoring
 from engramdb.memories.access import log_accesses
 from engramdb.memories.model import (
@@ -72,6 +73,7 @@ class _Cand:
     base: float = 0.0
     score: float = 0.0
     raw_rec: float = 0.0
+    relevance: float = 0.0
     memory: Memory | None = None
     name: tuple[str, str] | None = None  # (id, title) of a near miss, which is not read in full
 
@@ -161,6 +163,7 @@ class Recaller:
         trace_ref: str | None,
         dry_run: bool,
         when: When = "auto",
+        min_relevance: float | None = None,
     ) -> tuple[Recall, Explanation]:
         """One recall; `when` names the time windows it anchors on (`retrieval.when.resolve_when`).
         A query that is not text, is blank, or is longer than `limits.query_chars` is a
@@ -173,7 +176,7 @@ class Recaller:
             t0 = time.perf_counter()
             recall, explanation = self._run(
                 query, vis=vis, k=k, hops=hops, types=types, channel=channel, trace_ref=trace_ref, dry_run=dry_run,
-                when=when,
+                when=when, min_relevance=check_min_relevance(min_relevance),
             )  # fmt: skip
             if span.is_recording():
                 top = recall.hits[0] if recall.hits else None
@@ -198,6 +201,7 @@ class Recaller:
         trace_ref: str | None,
         dry_run: bool,
         when: When = "auto",
+        min_relevance: float | None = None,
     ) -> tuple[Recall, Explanation]:
         cfg = self.config
         now = self.clock()
@@ -243,6 +247,10 @@ class Recaller:
             c.spread = spread.get(c.n, 0.0)
             c.score = c.base + cfg.gamma * c.spread
         ranked = sorted(cands.values(), key=lambda c: (-c.score, c.n))
+        if min_relevance is not None:
+            # Fewer than k when fewer answer the query well enough: the cut is absolute, so
+            # "nothing relevant" can be the answer.
+            ranked = [c for c in ranked if c.relevance >= min_relevance]
         top, near = ranked[:k], ranked[k : k + NEAR_MISSES]
         # Only the memories shown are read in full; explain names the near misses by id and title.
         full = store.memories.many(vis, [c.n for c in top])
@@ -254,7 +262,15 @@ class Recaller:
         recall_id = None if dry_run else "rc_" + secrets.token_hex(8)
         notes = self._contradictions([c.n for c in top], vis)
         hits = tuple(
-            Hit(self.annotate(_memory(c), now), c.score, i + 1, c.components(), c.source, notes.get(c.n, ()))
+            Hit(
+                self.annotate(_memory(c), now),
+                c.score,
+                i + 1,
+                c.components(),
+                c.source,
+                notes.get(c.n, ()),
+                c.relevance,
+            )
             for i, c in enumerate(top)
         )
         explanation = Explanation(
@@ -281,10 +297,12 @@ class Recaller:
             missing = [c.n for c in cands if c.n not in vector]
             cosines = {**self.channel.cosines(qvec, missing), **vector}
         recs = scoring.recencies([c.ring for c in cands], [c.old for c in cands], now, cfg.decay, cfg.min_age)
+        floor = float(getattr(self.embedder, "unrelated_cosine", 0.0) or 0.0)
         for c, rec in zip(cands, recs, strict=True):
             c.cos = max(cosines.get(c.n, 0.0), 0.0)  # c.cue comes with the candidate (`_candidates`)
             c.when = 1.0 if any(c.created in w for w in windows) else 0.0
             c.raw_rec = rec
+            c.relevance = scoring.absolute_relevance(c.cue, c.cos, floor)
 
     def _normalise(
         self, cands: list[_Cand], bounds: dict[str, tuple[float, float]] | None = None
@@ -380,9 +398,18 @@ def _memory(c: _Cand) -> Memory:
     return c.memory
 
 
+def check_min_relevance(value: object) -> float | None:
+    """None, or a number in [0, 1] (`Hit.relevance` is on that scale)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValidationError(f"min_relevance must be None or a number from 0 to 1, got {value!r}")
+    return float(value)
+
+
 def _explained(c: _Cand, rank: int, selected: bool) -> Explained:
     mid, title = (c.memory.id, c.memory.title) if c.memory is not None else c.name or ("", "")
-    return Explained(mid, title, rank, c.score, c.components(), c.source, selected)
+    return Explained(mid, title, rank, c.score, c.components(), c.source, selected, c.relevance)
 
 
 def _explained_json(e: Explained) -> dict[str, Any]:
@@ -406,6 +433,7 @@ def _explained_json(e: Explained) -> dict[str, Any]:
         },
         "source": e.source,
         "selected": e.selected,
+        "relevance": e.relevance,
     }
 
 
@@ -418,6 +446,7 @@ def explained_from_json(d: dict[str, Any]) -> Explained:
         Components(**d["components"]),
         d["source"],
         bool(d["selected"]),
+        float(d.get("relevance", 0.0)),  # recalls logged before relevance existed have none
     )
 
 

@@ -24,6 +24,10 @@ class Hit:
     components: Components
     source: Source
     notes: tuple[str, ...] = ()  # e.g. "contradicted by …"
+    #: how well the memory answers the query on an absolute scale in [0, 1], comparable across
+    #: queries (unlike `score`, whose parts are normalised per recall): the larger of the share
+    #: of the query's words it holds and its cosine above what unrelated texts reach
+    relevance: float = 0.0
 
 
 def _label(m: Memory) -> str:
@@ -91,6 +95,7 @@ class Explained:
     components: Components
     source: Source
     selected: bool
+    relevance: float = 0.0  # see `Hit.relevance`
 
 
 @dataclass(frozen=True, slots=True)

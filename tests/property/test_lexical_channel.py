@@ -130,6 +130,16 @@ def test_channel_matches_a_direct_bm25(
                     every = list(range(0, 60))
                     fields = recaller.lexical.fields(every, vis, stems)
                     assert sorted((*f[:5], round(f[5], 9)) for f in fields) == expected
+                    # coverage: the IDF-weighted share of the query's stems, IDF over what vis shows
+                    rows = {r[0]: set(r[8].split()) for r in db.memories.index_rows(-1) if r[0] in shown}
+                    idf = {
+                        s: math.log1p((len(rows) - (df := sum(s in t for t in rows.values())) + 0.5) / (df + 0.5))
+                        for s in distinct
+                    }
+                    total = sum(idf.values())
+                    for f in fields:
+                        want_cov = sum(idf[s] for s in distinct & rows[f[0]]) / total if total else 0.0
+                        assert f[8] == pytest.approx(want_cov, abs=1e-9)
         finally:
             eng.close()
 

@@ -95,14 +95,15 @@ class ScoringConfig:
             raise ValueError("hops, fanout must be >= 0; ring_size, candidates >= 1")
 
 
-def absolute_relevance(cue: float, cos: float, unrelated_cosine: float = 0.0) -> float:
+def absolute_relevance(coverage: float, cos: float, unrelated_cosine: float = 0.0) -> float:
     """How well a memory answers a query on a scale shared by every query, in [0, 1]: the larger
-    of `cue` (the share of the query's words the memory holds) and the cosine's height above what
-    unrelated texts reach with this embedder, ``(cos − b) / (1 − b)``. Unlike ``rel``, nothing here
-    is normalised over a recall's candidates, so a threshold means the same for every query."""
+    of `coverage` (the IDF-weighted share of the query's words the memory holds) and the cosine's
+    height above what unrelated texts reach with this embedder, ``(cos − b) / (1 − b)``. Unlike
+    ``rel``, nothing here is normalised over a recall's candidates, so a threshold means the same
+    for every query."""
     b = min(max(unrelated_cosine, 0.0), 0.99)
     semantic = (cos - b) / (1.0 - b) if cos > b else 0.0
-    return float(min(max(cue, semantic, 0.0), 1.0))
+    return float(min(max(coverage, semantic, 0.0), 1.0))
 
 
 def relevance(cos: float, cue: float, lam: float, bm25: float = 0.0, mu: float = 0.0) -> float:

@@ -26,6 +26,7 @@ one array slice and a few vector operations over its postings, with the same BM2
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Iterable, Sequence
 
@@ -225,24 +226,36 @@ class LexicalChannel:
         *,
         types: frozenset[str] | None = None,
         entities: Sequence[str] = (),
-    ) -> list[tuple[int, str, float, bytes | None, tuple[int, float | None, float | None], float, float, float]]:
+    ) -> list[tuple[int, str, float, bytes | None, tuple[int, float | None, float | None], float, float, float, float]]:
         """Recall's scoring fields of those `keys` that `vis` may see (and of `types`): (key, type,
         importance, access ring, (older count, newest, oldest), cue overlap with `stems`, created
-        at, 1.0 if it holds one of the entity tokens `entities` else 0.0) — read from memory, not
-        from the rows."""
+        at, 1.0 if it holds one of the entity tokens `entities` else 0.0, coverage) — read from
+        memory, not from the rows. Coverage is the IDF-weighted share of `stems` the memory holds,
+        IDF over what `vis` shows: a word every memory has counts little, one none has counts
+        most, so a query about something the store never heard of covers little of anything."""
         with self._lock:
             n = self._size
             ks = np.asarray([k for k in keys if 0 <= k < n], dtype=np.int64)
             if not len(ks):
                 return []
-            ks = ks[self.cols.visible(vis, n, types)[ks]]
+            seen = self.cols.visible(vis, n, types)
+            ks = ks[seen[ks]]
             distinct = list(dict.fromkeys(stems))
             hits = np.zeros(len(ks), dtype=np.int64)
+            covered = np.zeros(len(ks), dtype=np.float64)
+            total = 0.0
+            n_seen = int(np.count_nonzero(seen))
             for s in distinct:
                 t = self._vocab.get(s)
-                if t is not None:
-                    hits += self._holds(t, ks)
+                held = self._holds(t, ks) if t is not None and len(ks) else None
+                df = int(np.count_nonzero(seen[self._postings(t)])) if t is not None else 0
+                idf = math.log1p((n_seen - df + 0.5) / (df + 0.5))
+                total += idf
+                if held is not None:
+                    hits += held
+                    covered += idf * held
             cue = hits / len(distinct) if distinct else np.zeros(len(ks))
+            coverage = covered / total if total > 0 else np.zeros(len(ks))
             named = np.zeros(len(ks), dtype=np.bool_)
             for e in entities:
                 t = self._vocab.get(e)
@@ -266,6 +279,7 @@ class LexicalChannel:
                         float(cue[i]),
                         float(self._created[k]),
                         1.0 if named[i] else 0.0,
+                        float(coverage[i]),
                     )
                 )
             return out

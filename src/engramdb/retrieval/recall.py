@@ -73,6 +73,7 @@ class _Cand:
     base: float = 0.0
     score: float = 0.0
     raw_rec: float = 0.0
+    coverage: float = 0.0  # IDF-weighted share of the query's words held (absolute)
     relevance: float = 0.0
     memory: Memory | None = None
     name: tuple[str, str] | None = None  # (id, title) of a near miss, which is not read in full
@@ -126,8 +127,8 @@ class Recaller:
         of them, refreshed at the start of the recall), with their cue overlap with the query and
         whether they hold an entity the query names."""
         return {
-            n: _Cand(n, mtype, importance, ring, old, cue=cue, created=created, entity=ent)
-            for n, mtype, importance, ring, old, cue, created, ent in self.lexical.fields(
+            n: _Cand(n, mtype, importance, ring, old, cue=cue, created=created, entity=ent, coverage=cov)
+            for n, mtype, importance, ring, old, cue, created, ent, cov in self.lexical.fields(
                 ns, vis, qstems, types=types, entities=qents
             )
         }
@@ -302,7 +303,7 @@ class Recaller:
             c.cos = max(cosines.get(c.n, 0.0), 0.0)  # c.cue comes with the candidate (`_candidates`)
             c.when = 1.0 if any(c.created in w for w in windows) else 0.0
             c.raw_rec = rec
-            c.relevance = scoring.absolute_relevance(c.cue, c.cos, floor)
+            c.relevance = scoring.absolute_relevance(c.coverage, c.cos, floor)
 
     def _normalise(
         self, cands: list[_Cand], bounds: dict[str, tuple[float, float]] | None = None

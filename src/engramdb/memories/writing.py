@@ -336,11 +336,19 @@ def update(
         vec = embedder.embed([new_content if not new_title else f"{new_title}. {new_content}"])[0]
     store = rt.store
     with store.atomic():
-        n = visible(rt, who, memory_id).key
+        # Read again under the write lock: a level raised (by an update or a link) since the read
+        # above must not be written back lower, and the version kept is the one being replaced.
+        fresh = visible(rt, who, memory_id)
+        n, now_level = fresh.key, fresh.memory.confidentiality
+        level = max(level, now_level)
+        if level > now_level:
+            _check_may_raise(who, fresh.memory, level)
         stamp = store.changes.next()
-        version = current.version
-        if new_content != current.content or new_title != current.title:
-            store.versions.add(n, MemoryVersion(current.version, current.title, current.content, now, who.agent_id))
+        version = fresh.memory.version
+        if new_content != fresh.memory.content or new_title != fresh.memory.title:
+            store.versions.add(
+                n, MemoryVersion(fresh.memory.version, fresh.memory.title, fresh.memory.content, now, who.agent_id)
+            )
             version += 1
         change = ContentChange(
             content=new_content, title=new_title, tags=new_tags, importance=imp, salience=sal, confidence=conf,
@@ -352,6 +360,18 @@ def update(
         if vec is not None and embedder is not None:
             store.vectors.put([(n, embedder.name, vec.tobytes())], replace=True)
         return rt.annotate(visible(rt, who, memory_id).memory, now)
+
+
+def _check_may_raise(who: Principal, memory: Memory, level: Confidentiality) -> None:
+    """Raising a shared memory hides it from the team's readers below the new level, so only its
+    author may do that (by an update, or by linking it into a more confidential memory); an
+    agent's own memories it may raise as it likes."""
+    if memory.owner == "" and memory.author != who.agent_id:
+        raise ValidationError(
+            f"this would raise the shared memory {memory.id} from {memory.confidentiality.name} to {level.name}, "
+            f"hiding it from the team's readers below {level.name}; only its author ({memory.author}) may raise "
+            "a shared memory — link memories of one level, or ask its author"
+        )
 
 
 def link(
@@ -372,11 +392,14 @@ def link(
     store = rt.store
     with store.atomic():
         a, b = visible(rt, who, source), visible(rt, who, target)
+        # Confidentiality travels: what is linked into a more confidential memory rises to its level.
+        level = max(a.memory.confidentiality, b.memory.confidentiality)
+        for end in (a, b):
+            if end.memory.confidentiality < level:
+                _check_may_raise(who, end.memory, level)
         store.edges.put(
             who.tenant, [(a.key, b.key, etype.value, float(weight))], now=now, by=who.agent_id, replace=True
         )
-        # Confidentiality travels: what is linked into a more confidential memory rises to its level.
-        level = max(a.memory.confidentiality, b.memory.confidentiality)
         store.memories.raise_level([a.key, b.key], level, store.changes.next())
     return Edge(source, target, etype, float(weight), now)
 

@@ -243,7 +243,8 @@ class MemoryRows(Protocol):
         ...
 
     def update(self, key: int, change: ContentChange, stamp: int) -> None:
-        """Replace the editable fields of memory `key`."""
+        """Replace the editable fields of memory `key`; its confidentiality becomes the higher of
+        the stored one and `change.confidentiality` (an update never lowers a level)."""
         ...
 
     def archive(self, tenant: str, ids: Sequence[str], stamp: int) -> int:

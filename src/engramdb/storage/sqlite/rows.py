@@ -145,7 +145,7 @@ class SqliteMemoryRows:
         self._db().execute(
             "UPDATE engram_memories SET content = ?, title = ?, tags = ?, importance = ?, salience = ?, confidence = ?, "
             "status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, terms = ?, changed = ?, "
-            "confidentiality = ? WHERE n = ?",
+            "confidentiality = max(confidentiality, ?) WHERE n = ?",  # never lowered, whatever raced
             (
                 c.content, c.title, json.dumps(list(c.tags)), c.importance, c.salience, c.confidence,
                 c.status.value if c.status else None, c.version, c.n_chars, c.n_tokens, c.n_sentences,

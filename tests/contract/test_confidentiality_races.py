@@ -122,3 +122,26 @@ def test_only_the_author_raises_a_shared_memory(make_engine: Callable[..., Dynam
     own_secret = alice.remember("alice's confidential plan", confidentiality=CONFIDENTIAL)
     alice.link(own_secret.id, team.id, "related")  # the author may
     assert alice.get(team.id, touch=False).confidentiality is CONFIDENTIAL
+
+
+def test_a_capped_copy_never_reads_the_queries_of_an_uncapped_one(
+    make_engine: Callable[..., DynamicMemoryEngine],
+) -> None:
+    eng = make_engine(memory_embedder=fake_embedder())
+    full = eng.agent("alice")
+    note = full.remember("the quarterly numbers review")
+    trusted = full.recall("quarterly numbers before the zqsecret merger announcement", trace_ref="zqtrace")
+    capped = eng.agent("alice", cap=INTERNAL)
+    assert trusted.recall_id is not None
+    seen = capped.accesses(note.id)
+    assert all(a.query is None and a.trace_ref is None for a in seen if a.recall_id == trusted.recall_id)
+    assert "zqsecret" not in repr(seen) and "zqtrace" not in repr(seen)
+    from engramdb import NotFound
+
+    with pytest.raises(NotFound):
+        capped.explain(trusted.recall_id)
+    # its own recalls, and the uncapped handle's view, are unchanged
+    mine = capped.recall("quarterly numbers")
+    assert capped.explain(mine.recall_id or "").query == "quarterly numbers"
+    assert any(a.query and "zqsecret" in a.query for a in full.accesses(note.id))
+    assert full.explain(trusted.recall_id).query.startswith("quarterly numbers before")

@@ -122,10 +122,32 @@ def history(rt: Runtime, who: Principal, memory_id: str) -> list[MemoryVersion]:
 
 
 def accesses(rt: Runtime, who: Principal, memory_id: str) -> list[AccessRecord]:
-    """The access stream of a memory, oldest first; others' query texts and trace references withheld."""
+    """The access stream of a memory, oldest first. Query texts and trace references are shown
+    only for this agent's own accesses made under a cap no higher than `who`'s: another agent's,
+    or this agent's own through a less capped handle, may say more than `who` may read."""
     key = visible(rt, who, memory_id).key
     records = rt.store.accesses.records(key)
-    return [r if r.reader == who.agent_id else dataclasses.replace(r, query=None, trace_ref=None) for r in records]
+    caps: dict[str, int] = {}
+
+    def trusted(r: AccessRecord) -> bool:
+        if r.reader != who.agent_id:
+            return False
+        if r.query is None and r.trace_ref is None:
+            return True
+        if r.recall_id is None:
+            return who.cap >= Confidentiality.RESTRICTED  # made under an unknown cap
+        if r.recall_id not in caps:
+            record = rt.store.recalls.get(who.tenant, who.agent_id, r.recall_id)
+            caps[r.recall_id] = _recall_cap(record.params if record else {})
+        return caps[r.recall_id] <= who.cap
+
+    return [r if trusted(r) else dataclasses.replace(r, query=None, trace_ref=None) for r in records]
+
+
+def _recall_cap(params: dict[str, object]) -> int:
+    """The cap a logged recall ran under (older records, without one, count as the highest)."""
+    cap = params.get("cap")
+    return int(cap) if isinstance(cap, int) else int(Confidentiality.RESTRICTED)
 
 
 def stats(rt: Runtime, who: Principal) -> Stats:
@@ -160,7 +182,9 @@ def replay(rt: Runtime, who: Principal, recall_id: str) -> Explanation | None:
     was forgotten or hidden) must not name it to a handle that cannot see it.
     """
     record = rt.store.recalls.get(who.tenant, who.agent_id, recall_id)
-    if record is None:
+    if record is None or _recall_cap(record.params) > who.cap:
+        # A recall made under a higher cap is not this handle's to replay: its query alone may
+        # say more than the handle may read. It reads as unknown.
         return None
     params = record.params
     hits = [explained_from_json(h) for h in params["hits"]]

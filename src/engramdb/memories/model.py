@@ -157,6 +157,10 @@ class Tombstone:
     forgotten_by: str
     forgotten_at: float
     reason: str
+    #: the level of the memory it replaced: a writer whose cap is below it is not told of it (its
+    #: id, author and reason are as confidential as the memory was); tombstones written before
+    #: levels were kept count as RESTRICTED
+    confidentiality: Confidentiality = Confidentiality.RESTRICTED
 
 
 @dataclass(frozen=True, slots=True)

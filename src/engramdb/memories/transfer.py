@@ -35,7 +35,7 @@ from typing import IO, Any
 
 from engramdb.errors import ValidationError
 from engramdb.memories import model as mm
-from engramdb.memories.model import Edge, Memory, MemoryRef, MemoryVersion, Principal, Tombstone
+from engramdb.memories.model import Confidentiality, Edge, Memory, MemoryRef, MemoryVersion, Principal, Tombstone
 from engramdb.memories.runtime import Acting, Runtime
 from engramdb.memories.text import content_hash, pack_times
 from engramdb.memories.writing import check_level, embed_texts
@@ -80,7 +80,7 @@ def export_records(agent: Acting) -> Iterator[dict[str, Any]]:
         edges: list[Edge] = []
         for m in listed:
             edges.extend(e for e in store.edges.touching(vis, keys[m.id]) if e.source == m.id)
-        stones = store.tombstones.listing(who.tenant, ["", who.agent_id])
+        stones = [s for s in store.tombstones.listing(who.tenant, ["", who.agent_id]) if s.confidentiality <= who.cap]
         histories = {m.id: store.versions.history(keys[m.id]) for m in listed if m.version > 1}
     yield {
         "kind": FORMAT, "version": VERSION, "tenant": who.tenant, "agent": who.agent_id, "exported_at": rt.clock(),
@@ -289,7 +289,13 @@ class _Importer:
             memory_id=str(record["memory_id"]), tenant=who.tenant, owner=owner, content_hash=str(record["content_hash"]),
             forgotten_by=str(record.get("forgotten_by", "")), forgotten_at=float(record.get("forgotten_at", 0.0)),
             reason=str(record.get("reason", "")),
+            confidentiality=check_level(record.get("confidentiality", int(Confidentiality.RESTRICTED))),
         )  # fmt: skip
+        if stone.confidentiality > who.cap:
+            raise ValidationError(
+                f"tombstone of {stone.memory_id!r} is {stone.confidentiality.name}, above this handle's cap "
+                f"{who.cap.name}; import with a higher cap"
+            )
         if (stone.memory_id, stone.forgotten_at) in self.stones_before:
             self.counts["tombstones_present"] += 1
         else:

@@ -218,7 +218,11 @@ def _remember_prepared(
 
 
 def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> None:
-    stones = rt.store.tombstones.find(who.tenant, [p["owner"] for p in prepared], [p["hash"] for p in prepared])
+    # Only tombstones the writer could have seen the memory of apply: one above its cap would tell
+    # it that someone more trusted stored (and forgot) exactly this text.
+    stones = rt.store.tombstones.find(
+        who.tenant, [p["owner"] for p in prepared], [p["hash"] for p in prepared], who.cap
+    )
     for p in prepared:
         stone = stones.get((p["owner"], p["hash"]))
         if stone is not None:
@@ -437,7 +441,14 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
         if memory.owner not in ("", who.agent_id):
             raise not_found(who, memory_id)
         stone = Tombstone(
-            memory.id, memory.tenant, memory.owner, content_hash(memory.content), who.agent_id, now, reason
+            memory.id,
+            memory.tenant,
+            memory.owner,
+            content_hash(memory.content),
+            who.agent_id,
+            now,
+            reason,
+            memory.confidentiality,
         )
         store.tombstones.add(stone)
         store.edges.delete_touching(n)

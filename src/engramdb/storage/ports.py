@@ -419,8 +419,15 @@ class Tombstones(Protocol):
         """Every tombstone of `tenant` whose owner is among `owners`, oldest first (an export)."""
         ...
 
-    def find(self, tenant: str, owners: Sequence[str], hashes: Sequence[str]) -> dict[tuple[str, str], Tombstone]:
-        """The latest tombstone of each (owner, content hash) asked about that has one."""
+    def find(
+        self,
+        tenant: str,
+        owners: Sequence[str],
+        hashes: Sequence[str],
+        max_level: Confidentiality = Confidentiality.RESTRICTED,
+    ) -> dict[tuple[str, str], Tombstone]:
+        """The latest tombstone at or below `max_level` of each (owner, content hash) asked about
+        that has one."""
         ...
 
 

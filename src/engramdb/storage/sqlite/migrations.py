@@ -154,6 +154,14 @@ def _m0005_tombstones(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX engram_tombstones_hash ON engram_tombstones (tenant, owner, content_hash)")
 
 
+def _m0010_tombstone_levels(db: sqlite3.Connection) -> None:
+    # The level of what a tombstone replaced; stones from before are treated as the highest, so
+    # that none tells a capped writer about a memory it could not have seen.
+    columns = {row[1] for row in db.execute("PRAGMA table_info(engram_tombstones)")}
+    if "confidentiality" not in columns:  # re-run safely on a file whose record of it was lost
+        db.execute("ALTER TABLE engram_tombstones ADD COLUMN confidentiality INTEGER NOT NULL DEFAULT 3")
+
+
 def _m0006_fts_per_tenant(db: sqlite3.Connection) -> None:
     # BM25 statistics are per index, so one shared index let one tenant's writes move another's
     # scores and candidate cut. Each tenant gets its own index (see store.fts_table).
@@ -215,6 +223,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "drop_fts", _m0007_drop_fts),
     Migration(8, "instance_id", _m0008_instance_id),
     Migration(9, "snowball_terms", _m0009_snowball_terms),
+    Migration(10, "tombstone_levels", _m0010_tombstone_levels),
 )
 
 

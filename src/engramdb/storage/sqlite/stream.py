@@ -5,8 +5,17 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
-from engramdb.memories.model import AccessRecord, Channel, Components, MemoryVersion, Tombstone, Visibility
+from engramdb.memories.model import (
+    AccessRecord,
+    Channel,
+    Components,
+    Confidentiality,
+    MemoryVersion,
+    Tombstone,
+    Visibility,
+)
 from engramdb.storage.ports import RecallRecord, Touch, Usage
 from engramdb.storage.sqlite.connection import SqliteStore, translated
 from engramdb.storage.sqlite.visibility import predicate
@@ -176,6 +185,11 @@ class SqliteRecallLog(_Engine):
         )
 
 
+def _stone(row: Sequence[Any]) -> Tombstone:
+    memory_id, tenant, owner, content_hash, by, at, reason, level = row
+    return Tombstone(memory_id, tenant, owner, content_hash, by, at, reason, Confidentiality(level))
+
+
 class SqliteTombstones(_Engine):
     """`engramdb.storage.ports.Tombstones` over ``engram_tombstones``."""
 
@@ -183,9 +197,18 @@ class SqliteTombstones(_Engine):
     def add(self, stone: Tombstone) -> None:
         s = stone
         self._db().execute(
-            "INSERT INTO engram_tombstones (memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (s.memory_id, s.tenant, s.owner, s.content_hash, s.forgotten_by, s.forgotten_at, s.reason),
+            "INSERT INTO engram_tombstones (memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason, "
+            "confidentiality) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                s.memory_id,
+                s.tenant,
+                s.owner,
+                s.content_hash,
+                s.forgotten_by,
+                s.forgotten_at,
+                s.reason,
+                int(s.confidentiality),
+            ),
         )
 
     @translated
@@ -194,14 +217,20 @@ class SqliteTombstones(_Engine):
         if not owners:
             return []
         rows = self._db().execute(
-            "SELECT memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason FROM engram_tombstones "  # noqa: S608 - placeholders only
+            "SELECT memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason, confidentiality FROM engram_tombstones "  # noqa: S608 - placeholders only
             f"WHERE tenant = ? AND owner IN ({','.join('?' * len(owners))}) ORDER BY id",
             [tenant, *owners],
         )
-        return [Tombstone(*row) for row in rows]
+        return [_stone(row) for row in rows]
 
     @translated
-    def find(self, tenant: str, owners: Sequence[str], hashes: Sequence[str]) -> dict[tuple[str, str], Tombstone]:
+    def find(
+        self,
+        tenant: str,
+        owners: Sequence[str],
+        hashes: Sequence[str],
+        max_level: Confidentiality = Confidentiality.RESTRICTED,
+    ) -> dict[tuple[str, str], Tombstone]:
         owners, hashes = sorted(set(owners)), sorted(set(hashes))
         stones: dict[tuple[str, str], Tombstone] = {}
         if not owners or not hashes:
@@ -212,12 +241,12 @@ class SqliteTombstones(_Engine):
         for start in range(0, len(hashes), 500):
             chunk = hashes[start : start + 500]
             for row in db.execute(
-                "SELECT memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason FROM engram_tombstones "  # noqa: S608 - placeholders only
+                "SELECT memory_id, tenant, owner, content_hash, forgotten_by, forgotten_at, reason, confidentiality FROM engram_tombstones "  # noqa: S608 - placeholders only
                 f"WHERE tenant = ? AND owner IN ({','.join('?' * len(owners))}) "
-                f"AND content_hash IN ({','.join('?' * len(chunk))}) ORDER BY id",
-                [tenant, *owners, *chunk],
+                f"AND content_hash IN ({','.join('?' * len(chunk))}) AND confidentiality <= ? ORDER BY id",
+                [tenant, *owners, *chunk, int(max_level)],
             ):
-                stones[(row[2], row[3])] = Tombstone(*row)  # the latest stone of each value wins
+                stones[(row[2], row[3])] = _stone(row)  # the latest stone of each value wins
         return stones
 
 

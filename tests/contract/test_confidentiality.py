@@ -145,3 +145,29 @@ def test_a_capped_copy_never_reads_the_queries_of_an_uncapped_one(
     assert capped.explain(mine.recall_id or "").query == "quarterly numbers"
     assert any(a.query and "zqsecret" in a.query for a in full.accesses(note.id))
     assert full.explain(trusted.recall_id).query.startswith("quarterly numbers before")
+
+
+def test_a_tombstone_tells_a_writer_below_its_level_nothing(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    from engramdb import Forgotten
+
+    eng = make_engine(memory_embedder=fake_embedder())
+    lead = eng.agent("alice")
+    secret = lead.remember("zqproject falcon ships in May", shared=True, confidentiality=CONFIDENTIAL)
+    lead.forget(secret.id, reason="zqreason: the board asked")
+    low = eng.agent("bob", cap=INTERNAL)
+    # bob could never see the forgotten memory: no refusal, so no id, author or reason, and not
+    # even the fact that this exact text once existed above his cap
+    stored = low.remember("zqproject falcon ships in May", shared=True)
+    assert stored.confidentiality is PUBLIC
+    low.forget(stored.id, reason="bob's own")
+    with pytest.raises(Forgotten) as err:  # a writer at the level is still told, with what it may see
+        eng.agent("carol").remember("zqproject falcon ships in May", shared=True)
+    assert err.value.tombstone.memory_id in (secret.id, stored.id)
+    high = eng.agent("carol")
+    with pytest.raises(Forgotten) as err:
+        high.remember("zqproject falcon ships in May", shared=True, confidentiality=CONFIDENTIAL)
+    assert err.value.tombstone.confidentiality in (PUBLIC, CONFIDENTIAL)
+    # the capped writer is told only of the tombstone at its own level (bob's), never of alice's
+    with pytest.raises(Forgotten) as err:
+        low.remember("zqproject falcon ships in May", shared=True)
+    assert err.value.tombstone.memory_id == stored.id and "zqreason" not in str(err.value)

@@ -59,6 +59,9 @@ class DynamicMemoryEngine:
         busy_timeout: seconds a writer waits for another writer before `BackendError`.
         statement_timeout: seconds one scope statement may run before it is stopped.
         max_value_bytes: the largest string or blob a scope statement may build.
+        max_result_rows, max_result_bytes: the most rows, and bytes of text and blobs, one scope
+            call may return (`ResourceLimitExceeded` past them; `MemoryScope.stream` reads any
+            number in batches).
         synchronous: SQLite's ``synchronous`` setting; ``"NORMAL"`` (default) survives process
             crashes in WAL mode, ``"FULL"`` also power loss.
         secure_delete: SQLite's ``secure_delete``: deleted and overwritten content is zeroed, so
@@ -92,6 +95,8 @@ class DynamicMemoryEngine:
         busy_timeout: float = 30.0,
         statement_timeout: float = 5.0,
         max_value_bytes: int = 16 * 1024 * 1024,
+        max_result_rows: int = 100_000,
+        max_result_bytes: int = 64 * 1024 * 1024,
         synchronous: str = "NORMAL",
         secure_delete: str = "FAST",
         memory_embedder: Embedder | str | None = "default",
@@ -114,6 +119,8 @@ class DynamicMemoryEngine:
                 busy_timeout=busy_timeout,
                 statement_timeout=statement_timeout,
                 max_value_bytes=max_value_bytes,
+                max_result_rows=max_result_rows,
+                max_result_bytes=max_result_bytes,
                 synchronous=synchronous,
                 secure_delete=secure_delete,
             )

@@ -128,3 +128,30 @@ def test_as_of_must_be_a_time(engine: DynamicMemoryEngine, as_of: object) -> Non
 def test_tenants_with_surrounding_spaces_are_refused(engine: DynamicMemoryEngine, tenant: str) -> None:
     with pytest.raises(ValidationError, match="tenant"):
         engine.agent("alice", tenant=tenant)
+
+
+# -- scope results are bounded --------------------------------------------------------------------
+
+COUNT = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT {n}) SELECT x FROM c"
+
+
+@pytest.mark.sqlite_only  # PostgreSQL scopes cap results too: tests/integration/test_pg_scope_escapes.py
+def test_a_runaway_select_stops_at_the_result_cap(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    from engramdb import ResourceLimitExceeded
+
+    eng = make_engine(max_result_rows=1_000, max_result_bytes=100_000)
+    shared = eng.get_shared_scope()
+    assert len(shared.query(COUNT.format(n=1_000))) == 1_000
+    for call in (shared.query, shared.execute):
+        with pytest.raises(ResourceLimitExceeded, match="more than 1,000 rows"):
+            call(COUNT.format(n=10_000_000))
+    wide = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 900) SELECT printf('%.*c', 500, 'x') FROM c"
+    with pytest.raises(ResourceLimitExceeded, match="more than 100,000 bytes"):
+        shared.query(wide)
+    # stream() reads any number of rows in batches, and the scope works on after a refusal
+    assert sum(len(b) for b in shared.stream(COUNT.format(n=5_000), batch=500)) == 5_000
+    shared.execute("CREATE TABLE shared_t (x INTEGER)")
+    shared.execute("INSERT INTO shared_t VALUES (1)")
+    assert shared.query("SELECT x FROM shared_t") == [(1,)]
+    with pytest.raises(ConfigError, match="max_result_rows"):
+        make_engine("other", max_result_rows=0)

@@ -57,6 +57,43 @@ class SqliteSettings:
     #: FAST zeroes deleted content in the b-tree pages (no extra I/O; measured free at 10k
     #: memories); ON also zeroes pages that become wholly free (~10-25% slower writes here)
     secure_delete: str = "FAST"
+    #: the most rows one scope call (execute / query) may return; `stream` reads past it in batches
+    max_result_rows: int = 100_000
+    #: the most bytes of text and blobs one scope call may return (counted from its 256th row on)
+    max_result_bytes: int = 64 * 1024 * 1024
+
+
+#: rows fetched at a time when a result is capped; a result smaller than this is one call
+_CHUNK = 256
+
+
+def fetch_capped(cur: sqlite3.Cursor, settings: SqliteSettings) -> list[Any]:
+    """The rows of `cur`, or `ResourceLimitExceeded` as soon as they pass the settings' row or
+    byte cap (so a runaway SELECT never fills memory)."""
+    if cur.description is None:
+        return []
+    rows = cur.fetchmany(_CHUNK)
+    if len(rows) < _CHUNK:
+        return rows  # the common case: one call, nothing counted
+    max_rows, max_bytes = settings.max_result_rows, settings.max_result_bytes
+    size = _size(rows)
+    while True:
+        if len(rows) > max_rows or size > max_bytes:
+            what = f"{max_rows:,} rows" if len(rows) > max_rows else f"{max_bytes:,} bytes"
+            cur.close()  # ends the statement (and its read snapshot) now
+            raise ResourceLimitExceeded(
+                f"the statement returns more than {what} (the scope's result limit); add a LIMIT, "
+                "read it in batches with scope.stream(), or raise max_result_rows / max_result_bytes"
+            )
+        more = cur.fetchmany(_CHUNK * 16)
+        if not more:
+            return rows
+        rows += more
+        size += _size(more)
+
+
+def _size(rows: list[Any]) -> int:
+    return sum(len(v) if isinstance(v, (str, bytes)) else 8 for row in rows for v in row)
 
 
 class Conn:
@@ -141,6 +178,10 @@ class SqliteStore:
             raise ConfigError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {settings.synchronous!r}")
         if not isinstance(settings.secure_delete, str) or settings.secure_delete.upper() not in ("FAST", "ON"):
             raise ConfigError('secure_delete must be "FAST" or "ON" (forgotten text must not stay in the file)')
+        for name in ("max_result_rows", "max_result_bytes"):
+            v = getattr(settings, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be a whole number of 1 or more, got {v!r}")
         self.settings = settings
         self._cleanup: Any = None
         if str(path) == ":memory:":

@@ -15,7 +15,7 @@ from engramdb.errors import ResourceLimitExceeded, ScopeViolation, SqlError, Val
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import ExecResult, MemoryScope, Page, Params, Row, RowVectorStore
-from engramdb.storage.sqlite.connection import Conn, SqliteStore, convert, translate
+from engramdb.storage.sqlite.connection import Conn, SqliteStore, convert, fetch_capped, translate
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
@@ -63,6 +63,7 @@ class SqliteScope(MemoryScope):
         self._embedder = embedder
         self._role = f"scope:{namespace.label}"
         self._timeout = store.settings.statement_timeout
+        self._settings = store.settings
         #: SQL texts this scope has classified and whose names passed this namespace's check, for
         #: statements that run as one plain call (no DDL, no savepoint, no write behind WITH).
         #: A decision about the text alone, in this namespace alone: which connection runs it,
@@ -121,7 +122,7 @@ class SqliteScope(MemoryScope):
         conn.started = None
         try:
             cur = conn.raw.execute(sql, () if params is None else params)
-            rows = cur.fetchall() if cur.description is not None else []
+            rows = fetch_capped(cur, self._settings)
         except sqlite3.Error as exc:
             raise self._failure(exc, conn) from None
         return _result(ExecResult, (cur.rowcount, cur.lastrowid, rows))
@@ -228,7 +229,7 @@ class SqliteScope(MemoryScope):
         policy.denial = None
         conn.started = None
         try:
-            return conn.raw.execute(sql, () if params is None else params).fetchall()
+            return fetch_capped(conn.raw.execute(sql, () if params is None else params), self._settings)
         except sqlite3.Error as exc:
             raise self._failure(exc, conn) from None
 
@@ -273,7 +274,7 @@ class SqliteScope(MemoryScope):
             before = conn.raw.total_changes
             try:
                 cur = run(conn.raw)
-                rows = cur.fetchall() if cur.description is not None else []
+                rows = fetch_capped(cur, self._settings)
             except sqlite3.Error as exc:
                 raise self._failure(exc, conn) from None
             # The driver reports no row count for a write behind WITH; the connection knows it.
@@ -283,7 +284,7 @@ class SqliteScope(MemoryScope):
             before = conn.raw.total_changes
             try:
                 cur = run(conn.raw)
-                rows = cur.fetchall() if cur.description is not None else []
+                rows = fetch_capped(cur, self._settings)
             except sqlite3.Error as exc:
                 raise self._failure(exc, conn) from None
             if stmt.is_ddl:

@@ -264,7 +264,8 @@ class Agent:
 
         The text, its vector, index entries, versions and edges are deleted (archival alone is not
         forgetting); the access stream keeps its records. Remembering the same content again
-        raises `Forgotten` unless forced. Forgetting an id that is gone (or invisible) is `NotFound`.
+        raises `Forgotten` unless forced. An archived memory can be forgotten too; forgetting it
+        again returns the same tombstone; an id that never was (or is invisible) is `NotFound`.
         """
         return writing.forget(self._runtime, self._principal, memory_id, reason=reason)
 

@@ -72,7 +72,8 @@ def test_memory_commands_with_json(tmp_path: Path) -> None:
     refused = _run(db, "--json", "remember", "The release train leaves on Thursdays")
     assert refused.exit_code == Exit.REFUSED
     assert json.loads(refused.stderr)["error"] == "Forgotten"
-    assert _run(db, "forget", mid).exit_code == Exit.NOT_FOUND
+    assert _run(db, "forget", mid).exit_code == Exit.OK  # forgetting twice is harmless
+    assert _run(db, "forget", "alice:00000000deadbeef").exit_code == Exit.NOT_FOUND
     rep = _json(_run(db, "--json", "reflect", "--step", "rescore"))
     assert [s["step"] for s in rep["steps"]] == ["rescore"]  # type: ignore[index]
 

@@ -429,6 +429,14 @@ def supersede(rt: Runtime, who: Principal, old_id: str, new_id: str) -> Edge:
 # -- forgetting and pruning ---------------------------------------------------------------------------
 
 
+def _tombstone_of(rt: Runtime, who: Principal, memory_id: object) -> Tombstone | None:
+    """The tombstone `who` may see that a forget of `memory_id` left (its own or a shared one)."""
+    if not isinstance(memory_id, str):
+        return None
+    stones = rt.store.tombstones.listing(who.tenant, ["", who.agent_id])
+    return next((s for s in reversed(stones) if s.memory_id == memory_id and s.confidentiality <= who.cap), None)
+
+
 def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> Tombstone:
     """Remove a memory for good and leave a value-level tombstone; see `Agent.forget`."""
     if not isinstance(reason, str):
@@ -436,7 +444,15 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
     now = rt.clock()
     store = rt.store
     with store.atomic():
-        found = visible(rt, who, memory_id, archived=False)
+        try:
+            found = visible(rt, who, memory_id)  # an archived memory can be forgotten too
+        except NotFound:
+            # Forgetting twice is harmless: the tombstone of the first time is the answer (if this
+            # handle may see it; otherwise the id reads as missing, as any hidden one does).
+            earlier = _tombstone_of(rt, who, memory_id)
+            if earlier is None:
+                raise
+            return earlier
         memory, n = found.memory, found.key
         if memory.owner not in ("", who.agent_id):
             raise not_found(who, memory_id)

@@ -296,8 +296,11 @@ class NamespacedMemory:
 
 
 def _forget(handle: Agent, memory_id: str) -> bool:
-    """The one place `forget` forgets: the engine's own forgetting (text deleted, a tombstone left)."""
+    """The one place `forget` forgets: the engine's own forgetting (text deleted, a tombstone left).
+    True when this call forgot it; False when there is no such memory now (never was, hidden, or
+    already forgotten — spec 002's answer for an id that is gone)."""
     try:
+        handle.get(memory_id, touch=False)  # is there a memory (archived or not) to forget?
         handle.forget(memory_id)
     except NotFound:
         return False

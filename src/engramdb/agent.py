@@ -71,7 +71,7 @@ class Agent:
         tenant: str = "default",
         cap: Confidentiality = Confidentiality.RESTRICTED,
         floor: Confidentiality = Confidentiality.PUBLIC,
-        shared: MemoryScope,
+        shared: MemoryScope | Callable[[], MemoryScope],
         private: Callable[[], MemoryScope],
     ) -> None:
         self._runtime = runtime
@@ -119,8 +119,14 @@ class Agent:
 
     @property
     def shared(self) -> MemoryScope:
-        """The team-wide ``shared_*`` table scope."""
-        return self._shared
+        """The team-wide ``shared_*`` table scope (made on first use when given as a callable)."""
+        scope = self._shared
+        if not isinstance(scope, MemoryScope):
+            with self._private_lock:
+                if not isinstance(self._shared, MemoryScope):
+                    self._shared = self._shared()
+                scope = self._shared
+        return scope
 
     @property
     def private(self) -> MemoryScope:

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engramdb.agent import Agent
 from engramdb.config import TeamMemoryConfig, load_config
+from engramdb.errors import MissingExtra
 from engramdb.memories.forgetting import ForgettingPolicy
 from engramdb.memories.model import Confidentiality
 from engramdb.memories.resolvers import ReferenceResolvers
@@ -106,7 +107,11 @@ class DynamicMemoryEngine:
         if not isinstance(vector_file, bool):
             raise ValueError(f"vector_file must be True or False, got {vector_file!r}")
         backend: Backend
-        if isinstance(path, (str, os.PathLike)):
+        if _is_url(path):
+            backend = _postgres(
+                str(path), lock_timeout=busy_timeout, statement_timeout=statement_timeout, max_value_bytes=max_value_bytes
+            )
+        elif isinstance(path, (str, os.PathLike)):
             settings = SqliteSettings(
                 busy_timeout=busy_timeout,
                 statement_timeout=statement_timeout,
@@ -141,7 +146,7 @@ class DynamicMemoryEngine:
         )
         self._scopes: dict[tuple[str, str], MemoryScope] = {}
         self._scopes_lock = threading.Lock()
-        self._shared = self.get_shared_scope()
+        # Scopes are made when first asked for (a backend may make roles or connections for one).
 
     # -- what the engine is made of ------------------------------------------------------------
 
@@ -230,7 +235,7 @@ class DynamicMemoryEngine:
             tenant=tenant,
             cap=cap,
             floor=floor,
-            shared=self.get_shared_scope(check_tenant(tenant)),
+            shared=lambda: self.get_shared_scope(check_tenant(tenant)),
             private=lambda: self.get_private_scope(agent_id, tenant=tenant),
         )
 
@@ -275,6 +280,20 @@ class DynamicMemoryEngine:
 
     def __repr__(self) -> str:
         return f"DynamicMemoryEngine({self._backend.location!r})"
+
+
+def _is_url(path: object) -> bool:
+    return isinstance(path, str) and path.split("://", 1)[0].lower() in ("postgresql", "postgres")
+
+
+def _postgres(url: str, **settings: Any) -> Backend:
+    try:
+        from engramdb.storage.postgres import PostgresBackend, PostgresSettings
+    except ImportError as exc:
+        if getattr(exc, "name", "") and str(exc.name).startswith("engramdb"):
+            raise
+        raise MissingExtra("a PostgreSQL store", "postgres") from None
+    return PostgresBackend(url, PostgresSettings(**settings))
 
 
 def open_team_memory_engine(config: TeamMemoryConfig | None = None) -> DynamicMemoryEngine:

@@ -30,6 +30,7 @@ from engramdb import (
     ScoringConfig,
 )
 from engramdb.agent import Agent
+from engramdb.storage.sqlite import SqliteBackend
 from engramdb.tenancy.contract import ALL_NAMESPACES, MemoryEntry, MemoryQuery, TenantScope
 from engramdb.tenancy.namespaced import AgentSource, NamespacedMemory, TenantFiles
 from engramdb.testing import FixedClock, fake_embedder
@@ -79,16 +80,16 @@ class World:
         return [s for s in self.seeds if s.id not in ok]
 
 
-def make_source(layout: str, tmp_path: Path, clock: FixedClock, **options: Any) -> Any:
+def make_source(layout: str, tmp_path: Path, clock: FixedClock, make_engine: Any, **options: Any) -> Any:
     options.setdefault("memory_embedder", fake_embedder())
     if layout == "one-store":
-        return DynamicMemoryEngine(tmp_path / "m.db", clock=clock, **options)
-    return TenantFiles(tmp_path / "tenants", clock=clock, **options)
+        return make_engine(clock=clock, **options)  # on the backend under test
+    return TenantFiles(tmp_path / "tenants", clock=clock, **options)  # a SQLite file per tenant
 
 
 @pytest.fixture(params=LAYOUTS)
-def source(request: pytest.FixtureRequest, tmp_path: Path, clock: FixedClock) -> Iterator[Any]:
-    src = make_source(request.param, tmp_path, clock)
+def source(request: pytest.FixtureRequest, tmp_path: Path, clock: FixedClock, make_engine: Any) -> Iterator[Any]:
+    src = make_source(request.param, tmp_path, clock, make_engine)
     yield src
     src.close()
 
@@ -300,8 +301,17 @@ def test_prune_counts_only_what_the_namespace_sees(world: World, clock: FixedClo
 # -- spreading, notes and edges that should never exist ------------------------------------------
 
 
-def _raw_edge(path: Path, src: str, dst: str, tenant: str, etype: str = "related") -> None:
-    db = sqlite3.connect(path)
+def _raw_edge(eng: DynamicMemoryEngine, src: str, dst: str, tenant: str, etype: str = "related") -> None:
+    if not isinstance(eng.backend, SqliteBackend):
+        import psycopg
+
+        with psycopg.connect(eng.backend.url, autocommit=True) as pg:  # type: ignore[attr-defined]
+            n = dict(pg.execute("SELECT id, n FROM engram.engram_memories WHERE id IN (%s, %s)", (src, dst)).fetchall())
+            pg.execute(
+                "INSERT INTO engram.engram_edges VALUES (%s, %s, %s, %s, 1.0, 0, 'raw')", (tenant, n[src], n[dst], etype)
+            )
+        return
+    db = sqlite3.connect(eng.path)
     try:
         with db:
             n = {r[0]: r[1] for r in db.execute("SELECT id, n FROM engram_memories WHERE id IN (?, ?)", (src, dst))}
@@ -311,12 +321,12 @@ def _raw_edge(path: Path, src: str, dst: str, tenant: str, etype: str = "related
 
 
 def test_spreading_and_notes_neither_leak_nor_relay_over_edges_the_api_refuses(
-    tmp_path: Path, clock: FixedClock
+    tmp_path: Path, clock: FixedClock, make_engine: Any
 ) -> None:
     """Edges written behind the API's back (an old file, another tool) to another tenant, another
     agent's private memory, or a higher level: recall must neither show the far end, nor relay
     through it, nor quote it in a 'contradicted by' note."""
-    with make_source("one-store", tmp_path, clock) as eng:
+    with make_source("one-store", tmp_path, clock, make_engine) as eng:
         me = eng.agent("alice", tenant="acme")
         start = me.remember("the lighthouse beacon schedule")
         beyond = me.remember("zqbeyond marmalade quartz")  # no word of the query
@@ -326,8 +336,8 @@ def test_spreading_and_notes_neither_leak_nor_relay_over_edges_the_api_refuses(
             "higher level": me.remember("zqlevel marmalade", confidentiality=RESTRICTED),
         }
         for far in hidden.values():
-            _raw_edge(eng.path, start.id, far.id, "acme", "contradicts")
-            _raw_edge(eng.path, far.id, beyond.id, "acme", "causes")
+            _raw_edge(eng, start.id, far.id, "acme", "contradicts")
+            _raw_edge(eng, far.id, beyond.id, "acme", "causes")
         viewer = capped_handle(eng, "acme", "alice", CONFIDENTIAL)
         forbidden = [
             Seed(m.id, m.tenant, m.author, False, m.confidentiality, m.content.split()[0]) for m in hidden.values()
@@ -355,12 +365,12 @@ def _snapshot(ns: NamespacedMemory, scope: TenantScope, text: str, k: int) -> An
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_another_tenants_data_changes_no_score_a_tenant_is_shown(
-    tmp_path: Path, clock: FixedClock, layout: str
+    tmp_path: Path, clock: FixedClock, make_engine: Any, layout: str
 ) -> None:
     """Scores and their components (BM25 included) must be the same with or without a neighbour:
     a shared full-text index computes BM25 from every tenant's rows, so a tenant could read
     another's term frequencies off the `bm25` it is shown."""
-    with make_source(layout, tmp_path, clock) as source:
+    with make_source(layout, tmp_path, clock, make_engine) as source:
         ns = NamespacedMemory(source, "alice")
         acme, globex = TenantScope("acme"), TenantScope("globex")
         ns.store(acme, MemoryEntry("the merger with zorblax closes in march"))
@@ -373,9 +383,13 @@ def test_another_tenants_data_changes_no_score_a_tenant_is_shown(
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_another_tenants_data_changes_no_answer(tmp_path: Path, clock: FixedClock, layout: str) -> None:
+def test_another_tenants_data_changes_no_answer(
+    tmp_path: Path, clock: FixedClock, make_engine: Any, layout: str
+) -> None:
     """With the lexical candidates cut at the top N by BM25, a neighbour's rows move the cut."""
-    with make_source(layout, tmp_path, clock, memory_embedder=None, scoring=ScoringConfig(candidates=2)) as source:
+    with make_source(
+        layout, tmp_path, clock, make_engine, memory_embedder=None, scoring=ScoringConfig(candidates=2)
+    ) as source:
         ns = NamespacedMemory(source, "alice")
         acme, globex = TenantScope("acme"), TenantScope("globex")
         for text in ("alpha one", "alpha two", "beta three"):

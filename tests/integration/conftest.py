@@ -1,22 +1,20 @@
-"""Fixtures for memory tests: an engine on a temp file with a fixed clock and the fast embedder."""
+"""Fixtures for memory tests: an engine on the backend under test with a fixed clock and the fast embedder."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from engramdb import DynamicMemoryEngine
 from engramdb.agent import Agent
-from engramdb.testing import FixedClock, fake_embedder
+from engramdb.testing import fake_embedder
 
 
 @pytest.fixture
-def eng(tmp_path: Path, clock: FixedClock) -> Iterator[DynamicMemoryEngine]:
-    e = DynamicMemoryEngine(tmp_path / "m.db", clock=clock, memory_embedder=fake_embedder())
-    yield e
-    e.close()
+def eng(make_engine: Callable[..., DynamicMemoryEngine]) -> DynamicMemoryEngine:
+    """An engine on the backend under test (``--backend``), with the fast embedder."""
+    return make_engine(memory_embedder=fake_embedder())
 
 
 @pytest.fixture

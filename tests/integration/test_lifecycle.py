@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests import raw
 
 from engramdb import (
     Confidentiality,
@@ -127,9 +128,7 @@ def test_forget_leaves_a_tombstone_and_blocks_silent_recreation(eng: DynamicMemo
     assert err.value.tombstone.memory_id == m.id and "force=True" in str(err.value)
     assert me.remember("Bob's phone number is 555-0100", force=True).content == "Bob's phone number is 555-0100"
     # the text is gone from the file, not just hidden
-    db = sqlite3.connect(eng.path)
-    assert db.execute("SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'").fetchone()[0] == 1
-    db.close()
+    assert raw.scalar(eng, "SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'") == 1
 
 
 def test_forgotten_text_is_gone_from_every_file_on_disk(tmp_path: Path, clock: FixedClock) -> None:
@@ -330,6 +329,7 @@ def test_a_recall_that_showed_a_forgotten_memory_replays_without_its_title(eng: 
     assert [e.title for e in replay.near_misses] == ["vault place"]
 
 
+@pytest.mark.sqlite_only
 def test_forget_does_not_wait_for_another_processs_open_read(eng: DynamicMemoryEngine) -> None:
     import time
 

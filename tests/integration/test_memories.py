@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from tests import raw
 
 from engramdb import DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
@@ -16,11 +17,7 @@ DAY = 86_400.0
 
 
 def _count(eng: DynamicMemoryEngine, table: str) -> int:
-    db = sqlite3.connect(eng.path)
-    try:
-        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-    finally:
-        db.close()
+    return int(raw.scalar(eng, f"SELECT count(*) FROM {table}"))
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -206,14 +203,13 @@ def test_spreading_neither_leaks_nor_relays(eng: DynamicMemoryEngine, me: Agent)
     foreign = bob.remember("bob's secret salary negotiation")
     own2 = me.remember("unrelated grocery list")
     # Edges that no agent could create through the API (neither sees both ends) — planted directly.
-    db = sqlite3.connect(eng.path)
-    n = {mid: row for mid, row in db.execute("SELECT id, n FROM engram_memories")}
-    db.executemany(
-        "INSERT INTO engram_edges VALUES (?, ?, 'causes', 1.0, 'default', 0, 'test')",
+    n = dict(raw.rows(eng, "SELECT id, n FROM engram_memories"))
+    raw.executemany(
+        eng,
+        "INSERT INTO engram_edges (src, dst, type, weight, tenant, created_at, created_by) "
+        "VALUES (?, ?, 'causes', 1.0, 'default', 0, 'test')",
         [(n[own1.id], n[foreign.id]), (n[foreign.id], n[own2.id])],
     )
-    db.commit()
-    db.close()
     ex = me.explain("zebra kickoff", k=5, hops=3)
     got = {e.memory_id: e for e in (*ex.hits, *ex.near_misses)}
     assert foreign.id not in got  # no leak: own -> foreign

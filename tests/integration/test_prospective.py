@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 import threading
 from typing import Any
 
 import pytest
+from tests import raw
 
 from engramdb import DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
@@ -32,13 +32,9 @@ START = 1_764_000_000.0  # FixedClock's default: 2025-11-24T16:00:00Z
 
 
 def _counts(eng: DynamicMemoryEngine) -> tuple[int, int]:
-    db = sqlite3.connect(eng.path)
-    try:
-        memories = int(db.execute("SELECT count(*) FROM engram_memories").fetchone()[0])
-        accesses = int(db.execute("SELECT count(*) FROM engram_access").fetchone()[0])
-        return memories, accesses
-    finally:
-        db.close()
+    return int(raw.scalar(eng, "SELECT count(*) FROM engram_memories")), int(
+        raw.scalar(eng, "SELECT count(*) FROM engram_access")
+    )
 
 
 def _ids(memories: Any) -> list[str]:

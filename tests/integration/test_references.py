@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 import pytest
+from tests import raw
 
 from engramdb import DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
@@ -40,11 +40,7 @@ def _deref(me: Agent, memory_id: str) -> list[tuple[str | None, str | None]]:
 
 
 def _access_count(eng: DynamicMemoryEngine) -> int:
-    db = sqlite3.connect(eng.path)
-    try:
-        return int(db.execute("SELECT count(*) FROM engram_access").fetchone()[0])
-    finally:
-        db.close()
+    return int(raw.scalar(eng, "SELECT count(*) FROM engram_access"))
 
 
 # -- live resolution --------------------------------------------------------------------------

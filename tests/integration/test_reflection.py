@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests import raw
 
 from engramdb import DynamicMemoryEngine, TransactionError, ValidationError
 from engramdb.agent import Agent
@@ -28,6 +28,7 @@ from engramdb.memories.reflection import (
     rescored_importance,
 )
 from engramdb.memories.scoring import sigmoid
+from engramdb.storage.sqlite import SqliteBackend
 from engramdb.storage.sqlite.locks import lock_path
 from engramdb.testing import FixedClock, fake_embedder
 
@@ -66,11 +67,7 @@ def edges_of(agent: Agent, memory_id: str, etype: EdgeType | None = None) -> lis
 
 
 def count(eng: DynamicMemoryEngine, sql: str, *params: object) -> int:
-    db = sqlite3.connect(eng.path)
-    try:
-        return int(db.execute(sql, params).fetchone()[0])
-    finally:
-        db.close()
+    return int(raw.scalar(eng, sql, *params))
 
 
 def snapshot(eng: DynamicMemoryEngine) -> tuple[int, ...]:
@@ -564,7 +561,7 @@ def test_a_second_run_on_the_tenant_is_refused_from_threads_and_processes(
             f"""
             from engramdb import DynamicMemoryEngine, TransactionError
             from engramdb.memories.reflection import Reflector
-            with DynamicMemoryEngine({str(eng.path)!r}, memory_embedder=None) as e:
+            with DynamicMemoryEngine({str(getattr(eng.backend, "url", eng.path))!r}, memory_embedder=None) as e:
                 try:
                     Reflector(e.agent("carol")).merge()
                 except TransactionError as exc:
@@ -582,7 +579,8 @@ def test_a_second_run_on_the_tenant_is_refused_from_threads_and_processes(
         worker.join(10)
     assert len(results) == 1 and getattr(results[0], "abstracted", None) == 1
     assert Reflector(alice).merge().merged == 1  # the lock is free again
-    assert lock_path(eng.path, "default").exists()
+    if isinstance(eng.backend, SqliteBackend):  # a lock file beside the database (PostgreSQL: an advisory lock)
+        assert lock_path(eng.path, "default").exists()
 
 
 # -- bad input --------------------------------------------------------------------------------

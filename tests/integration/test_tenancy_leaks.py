@@ -308,7 +308,8 @@ def _raw_edge(eng: DynamicMemoryEngine, src: str, dst: str, tenant: str, etype: 
         with psycopg.connect(eng.backend.url, autocommit=True) as pg:  # type: ignore[attr-defined]
             n = dict(pg.execute("SELECT id, n FROM engram.engram_memories WHERE id IN (%s, %s)", (src, dst)).fetchall())
             pg.execute(
-                "INSERT INTO engram.engram_edges VALUES (%s, %s, %s, %s, 1.0, 0, 'raw')", (tenant, n[src], n[dst], etype)
+                "INSERT INTO engram.engram_edges VALUES (%s, %s, %s, %s, 1.0, 0, 'raw')",
+                (tenant, n[src], n[dst], etype),
             )
         return
     db = sqlite3.connect(eng.path)

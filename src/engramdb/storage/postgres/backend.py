@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
 
 
+_APP = "engramdb: "
+
+
 def _lock_key(tenant: str) -> int:
     """The advisory lock key of reflection runs on `tenant` (a signed 64-bit number)."""
     digest = hashlib.blake2b(f"engramdb reflect {tenant}".encode(), digest_size=8).digest()
@@ -116,7 +119,7 @@ class PostgresBackend:
         conn = self._store.connect()
         try:
             with translate():
-                conn.execute("SELECT set_config('application_name', %s, false)", (f"engramdb reflect: {holder}"[:63],))
+                conn.execute("SELECT set_config('application_name', %s, false)", (f"{_APP}{holder}"[:63],))
                 if self.settings.pgbouncer:
                     conn.execute("BEGIN")
                     row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchone()
@@ -124,7 +127,7 @@ class PostgresBackend:
                     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
             if not (row and row[0]):
                 raise TransactionError(
-                    f"a reflection is already running on tenant {tenant!r}; "
+                    f"a reflection is already running on tenant {tenant!r} (held by {self._holder(conn, key)}); "
                     "nothing was changed: run it again when that one has finished"
                 )
             try:
@@ -138,6 +141,21 @@ class PostgresBackend:
         finally:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
+
+    @staticmethod
+    def _holder(conn: psycopg.Connection[Any], key: int) -> str:
+        # The session holding the lock named itself in application_name when it took it.
+        unsigned = key & 0xFFFFFFFFFFFFFFFF
+        with contextlib.suppress(psycopg.Error):
+            row = conn.execute(
+                "SELECT a.application_name, a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s AND l.objsubid = 1 "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                (unsigned >> 32, unsigned & 0xFFFFFFFF),
+            ).fetchone()
+            if row is not None:
+                return f"{str(row[0]).removeprefix(_APP)} pid {row[1]}"
+        return "another session"
 
     # -- schema and identity ----------------------------------------------------------------------
 

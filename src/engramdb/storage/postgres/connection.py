@@ -97,7 +97,7 @@ class PostgresSettings:
 def redact(url: str) -> str:
     """`url` without its password (for messages and `Backend.location`)."""
     parts = urlsplit(url)
-    if parts.password is None:
+    if not parts.password:
         return url
     host = parts.hostname or ""
     if parts.port is not None:

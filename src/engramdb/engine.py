@@ -1,6 +1,6 @@
 """`DynamicMemoryEngine`: opens a store and hands out table scopes and agent handles.
 
-The engine is a facade: it opens a storage backend (a SQLite file from a path, or any
+The engine is a facade: it opens a storage backend (a SQLite file from a path, PostgreSQL from a URL, or any
 `engramdb.storage.ports.Backend` given), brings its schema up to date, and wires the services
 (`engramdb.memories.runtime.Runtime`) that agent handles call.
 """
@@ -50,7 +50,9 @@ class DynamicMemoryEngine:
 
     Args:
         path: the database file (parent directories are created); ``":memory:"`` uses a private
-            temporary file removed on `close`. Or a storage backend object
+            temporary file removed on `close`. Or a ``postgresql://`` (``postgres://``) URL: the
+            store is that PostgreSQL database (the ``postgres`` extra; docs/postgres.md), and
+            `busy_timeout` is its lock timeout. Or a storage backend object
             (`engramdb.storage.ports.Backend`, e.g. ``SqliteBackend(path, settings)``), whose own
             settings then apply instead of the SQLite arguments below.
         enable_embeddings: let retrievers rank rows semantically too (needs the ``memory`` extra).
@@ -109,7 +111,10 @@ class DynamicMemoryEngine:
         backend: Backend
         if _is_url(path):
             backend = _postgres(
-                str(path), lock_timeout=busy_timeout, statement_timeout=statement_timeout, max_value_bytes=max_value_bytes
+                str(path),
+                lock_timeout=busy_timeout,
+                statement_timeout=statement_timeout,
+                max_value_bytes=max_value_bytes,
             )
         elif isinstance(path, (str, os.PathLike)):
             settings = SqliteSettings(
@@ -300,7 +305,7 @@ def open_team_memory_engine(config: TeamMemoryConfig | None = None) -> DynamicMe
     """Open the one engine a team shares, as `config` describes (default: `load_config()`)."""
     config = config or load_config()
     return DynamicMemoryEngine(
-        config.db_path,
+        config.url or config.db_path,
         enable_embeddings=config.enable_embeddings,
         busy_timeout=config.busy_timeout,
         statement_timeout=config.statement_timeout,

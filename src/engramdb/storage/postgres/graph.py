@@ -17,7 +17,7 @@ from engramdb.storage.postgres.visibility import predicate
 
 E = "engram.engram_edges"
 M = "engram.engram_memories"
-_TENANT_OF = f"(SELECT t.tenant FROM {M} t WHERE t.n = %(key)s)"
+_TENANT_OF = f"(SELECT t.tenant FROM {M} t WHERE t.n = %(key)s)"  # noqa: S608 - engine table names and predicates, values bound
 
 
 class PgEdges:
@@ -43,7 +43,7 @@ class PgEdges:
             else "DO NOTHING"
         )
         query = (
-            f"INSERT INTO {E} (tenant, src, dst, type, weight, created_at, created_by) "
+            f"INSERT INTO {E} (tenant, src, dst, type, weight, created_at, created_by) "  # noqa: S608 - engine table names and predicates, values bound
             f"VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, src, dst, type) {conflict}"
         )
         rows = [(tenant, s, d, t, w, now, by) for s, d, t, w in edges]
@@ -61,7 +61,7 @@ class PgEdges:
     def delete_touching(self, key: int) -> None:
         self._fetch(
             ALL_TENANTS,
-            f"DELETE FROM {E} WHERE tenant = {_TENANT_OF} AND (src = %(key)s OR dst = %(key)s) RETURNING 1",
+            f"DELETE FROM {E} WHERE tenant = {_TENANT_OF} AND (src = %(key)s OR dst = %(key)s) RETURNING 1",  # noqa: S608 - engine table names and predicates, values bound
             {"key": key},
         )
 
@@ -70,7 +70,7 @@ class PgEdges:
         # an edge the survivor already has keeps the higher weight.
         self._fetch(
             ALL_TENANTS,
-            f"INSERT INTO {E} (tenant, src, dst, type, weight, created_at, created_by) "
+            f"INSERT INTO {E} (tenant, src, dst, type, weight, created_at, created_by) "  # noqa: S608 - engine table names and predicates, values bound
             "SELECT tenant, CASE WHEN src = %(dup)s THEN %(keep)s ELSE src END, "
             "CASE WHEN dst = %(dup)s THEN %(keep)s ELSE dst END, type, weight, created_at, created_by "
             f"FROM {E} WHERE tenant = (SELECT t.tenant FROM {M} t WHERE t.n = %(dup)s) "
@@ -88,7 +88,7 @@ class PgEdges:
         params = dict(params, nodes=list(nodes))
         # Edges spread both ways; the far end must be visible to be reached at all.
         query = " UNION ALL ".join(
-            f"SELECT e.{near}, e.{far}, e.type, e.weight FROM {E} e JOIN {M} m ON m.tenant = e.tenant AND m.n = e.{far} "
+            f"SELECT e.{near}, e.{far}, e.type, e.weight FROM {E} e JOIN {M} m ON m.tenant = e.tenant AND m.n = e.{far} "  # noqa: S608 - engine table names and predicates, values bound
             f"WHERE e.tenant = %(v_tenant)s AND e.{near} = ANY(%(nodes)s) AND {pred}"
             for near, far in (("src", "dst"), ("dst", "src"))
         )
@@ -103,7 +103,7 @@ class PgEdges:
         pred, params = predicate(vis)
         params = dict(params, keys=list(keys))
         query = " UNION ALL ".join(
-            f"SELECT e.{near}, m.id, substr(m.content, 1, 120) FROM {E} e JOIN {M} m "
+            f"SELECT e.{near}, m.id, substr(m.content, 1, 120) FROM {E} e JOIN {M} m "  # noqa: S608 - engine table names and predicates, values bound
             f"ON m.tenant = e.tenant AND m.n = e.{far} WHERE e.tenant = %(v_tenant)s AND e.type = 'contradicts' "
             f"AND e.{near} = ANY(%(keys)s) AND {pred}"
             for near, far in (("src", "dst"), ("dst", "src"))
@@ -116,7 +116,7 @@ class PgEdges:
         pred, params = predicate(vis, "o")
         rows = self._fetch(
             vis.tenant,
-            f"SELECT s.id, d.id, e.type, e.weight, e.created_at FROM {E} e "
+            f"SELECT s.id, d.id, e.type, e.weight, e.created_at FROM {E} e "  # noqa: S608 - engine table names and predicates, values bound
             f"JOIN {M} s ON s.tenant = e.tenant AND s.n = e.src JOIN {M} d ON d.tenant = e.tenant AND d.n = e.dst "
             f"JOIN {M} o ON o.tenant = e.tenant AND o.n = CASE WHEN e.src = %(n)s THEN e.dst ELSE e.src END "
             f"WHERE e.tenant = %(v_tenant)s AND (e.src = %(n)s OR e.dst = %(n)s) AND {pred} "
@@ -126,7 +126,7 @@ class PgEdges:
         return [Edge(s, d, EdgeType(t), w, c) for s, d, t, w, c in rows]
 
     def pairs(self, tenant: str) -> set[tuple[int, int]]:
-        rows = self._fetch(tenant, f"SELECT src, dst FROM {E} WHERE tenant = %(t)s", {"t": tenant})
+        rows = self._fetch(tenant, f"SELECT src, dst FROM {E} WHERE tenant = %(t)s", {"t": tenant})  # noqa: S608 - engine table names and predicates, values bound
         return {(min(s, d), max(s, d)) for s, d in rows}
 
     def contradicting(self, vis: Visibility) -> list[tuple[int, int]]:
@@ -134,7 +134,7 @@ class PgEdges:
         pred_d, _ = predicate(vis, "d")
         rows = self._fetch(
             vis.tenant,
-            f"SELECT e.src, e.dst FROM {E} e JOIN {M} s ON s.tenant = e.tenant AND s.n = e.src "
+            f"SELECT e.src, e.dst FROM {E} e JOIN {M} s ON s.tenant = e.tenant AND s.n = e.src "  # noqa: S608 - engine table names and predicates, values bound
             f"JOIN {M} d ON d.tenant = e.tenant AND d.n = e.dst WHERE e.tenant = %(v_tenant)s "
             f"AND e.type = 'contradicts' AND s.owner = d.owner AND {pred_s} AND {pred_d} ORDER BY e.src, e.dst",
             params,

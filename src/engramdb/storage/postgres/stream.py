@@ -74,7 +74,7 @@ class PgAccessStream(_Port):
     def records(self, key: int) -> list[AccessRecord]:
         rows = self._fetch(
             ALL_TENANTS,
-            "SELECT a.ts, a.channel, a.reader, m.id, a.trace_ref, a.query, a.score, a.rank, a.rel, a.rec, a.imp, "
+            "SELECT a.ts, a.channel, a.reader, m.id, a.trace_ref, a.query, a.score, a.rank, a.rel, a.rec, a.imp, "  # noqa: S608 - engine table names and predicates, values bound
             "a.spread, a.recall_id FROM engram.engram_access a JOIN engram.engram_memories m "
             f"ON m.tenant = a.tenant AND m.n = a.n WHERE a.tenant = {_TENANT_OF} AND a.n = %s ORDER BY a.id",
             (key, key),
@@ -90,7 +90,7 @@ class PgAccessStream(_Port):
         # One statement: the visible memories once (a CTE referenced several times is computed
         # once), every count over them; a forgotten memory's husk is not a memory any more.
         query = (
-            "WITH v AS MATERIALIZED (SELECT m.tenant, m.n, m.type, m.archived, m.author FROM engram.engram_memories m "
+            "WITH v AS MATERIALIZED (SELECT m.tenant, m.n, m.type, m.archived, m.author FROM engram.engram_memories m "  # noqa: S608 - engine table names and predicates, values bound
             f"WHERE {pred} AND m.id NOT LIKE 'forgotten:%%'), "
             "a AS MATERIALIZED (SELECT a.n, a.ts, a.channel, a.reader, v.archived, v.type, v.author "
             "FROM engram.engram_access a JOIN v ON v.tenant = a.tenant AND v.n = a.n) "
@@ -213,7 +213,7 @@ class PgVersions(_Port):
     def history(self, key: int) -> list[MemoryVersion]:
         rows = self._fetch(
             ALL_TENANTS,
-            "SELECT version, title, content, changed_at, changed_by FROM engram.engram_versions "
+            "SELECT version, title, content, changed_at, changed_by FROM engram.engram_versions "  # noqa: S608 - engine table names and predicates, values bound
             f"WHERE tenant = {_TENANT_OF} AND n = %s ORDER BY version",
             (key, key),
         )
@@ -221,7 +221,9 @@ class PgVersions(_Port):
 
     def delete(self, key: int) -> None:
         self._exec(
-            ALL_TENANTS, f"DELETE FROM engram.engram_versions WHERE tenant = {_TENANT_OF} AND n = %s", (key, key)
+            ALL_TENANTS,
+            f"DELETE FROM engram.engram_versions WHERE tenant = {_TENANT_OF} AND n = %s",  # noqa: S608 - engine table names and predicates, values bound
+            (key, key),
         )
 
 

@@ -26,7 +26,7 @@ V = "engram.engram_vectors"
 # Every memory row as the vector cache needs it: the visibility attributes in
 # `VisibilityColumns.set_many` order at [2:9], the vector (or None) last.
 _CACHE_ROWS = (
-    "SELECT m.n, m.changed, m.tenant, m.owner, m.confidentiality, m.archived, m.valid_from, m.valid_to, m.type, "
+    "SELECT m.n, m.changed, m.tenant, m.owner, m.confidentiality, m.archived, m.valid_from, m.valid_to, m.type, "  # noqa: S608 - engine table names and predicates, values bound
     f"v.vec FROM {M} m LEFT JOIN {V} v ON v.tenant = m.tenant AND v.n = m.n AND v.model = %s "
 )
 
@@ -59,9 +59,11 @@ class PgMemoryVectors:
         if not rows:
             return
         # The tenant comes from the memory row: the port names memories by key alone.
-        conflict = " ON CONFLICT (tenant, n) DO UPDATE SET model = excluded.model, vec = excluded.vec" if replace else ""
+        conflict = (
+            " ON CONFLICT (tenant, n) DO UPDATE SET model = excluded.model, vec = excluded.vec" if replace else ""
+        )
         query = (
-            f"INSERT INTO {V} (tenant, n, model, vec) SELECT t.tenant, t.n, %s, %s FROM {M} t WHERE t.n = %s{conflict}"
+            f"INSERT INTO {V} (tenant, n, model, vec) SELECT t.tenant, t.n, %s, %s FROM {M} t WHERE t.n = %s{conflict}"  # noqa: S608 - engine table names and predicates, values bound
         )
         params = [(model, _vec(vec), key) for key, model, vec in rows]
 
@@ -74,7 +76,7 @@ class PgMemoryVectors:
     def delete(self, key: int) -> None:
         self._fetch(
             ALL_TENANTS,
-            f"DELETE FROM {V} WHERE tenant = (SELECT t.tenant FROM {M} t WHERE t.n = %(k)s) AND n = %(k)s RETURNING 1",
+            f"DELETE FROM {V} WHERE tenant = (SELECT t.tenant FROM {M} t WHERE t.n = %(k)s) AND n = %(k)s RETURNING 1",  # noqa: S608 - engine table names and predicates, values bound
             {"k": key},
         )
 
@@ -82,14 +84,15 @@ class PgMemoryVectors:
         pred, params = predicate(vis)
         rows = self._fetch(
             vis.tenant,
-            f"SELECT m.n, m.owner, m.type, m.confidentiality, v.vec FROM {M} m JOIN {V} v "
+            f"SELECT m.n, m.owner, m.type, m.confidentiality, v.vec FROM {M} m JOIN {V} v "  # noqa: S608 - engine table names and predicates, values bound
             f"ON v.tenant = m.tenant AND v.n = m.n WHERE {pred} AND v.model = %(r_model)s "
             "ORDER BY m.owner, m.created_at, m.n",
             dict(params, r_model=model),
         )
         for start in range(0, len(rows), 4096):
             yield [
-                (int(n), str(owner), str(t), int(c), _raw(vec) or b"") for n, owner, t, c, vec in rows[start : start + 4096]
+                (int(n), str(owner), str(t), int(c), _raw(vec) or b"")
+                for n, owner, t, c, vec in rows[start : start + 4096]
             ]
 
     def _cache(self, rows: list[tuple[Any, ...]]) -> list[VectorRow]:
@@ -106,7 +109,7 @@ class PgMemoryVectors:
     def tip(self, model: str, upto: int, limit: int) -> list[tuple[int, int, bytes]]:
         rows = self._fetch(
             ALL_TENANTS,
-            f"SELECT m.n, m.changed, v.vec FROM {M} m JOIN {V} v ON v.tenant = m.tenant AND v.n = m.n "
+            f"SELECT m.n, m.changed, v.vec FROM {M} m JOIN {V} v ON v.tenant = m.tenant AND v.n = m.n "  # noqa: S608 - engine table names and predicates, values bound
             "AND v.model = %s WHERE m.changed <= %s ORDER BY m.changed DESC LIMIT %s",
             (model, upto, limit),
         )
@@ -118,7 +121,7 @@ class PgMemoryVectors:
         pred, params = predicate(vis)
         rows = self._fetch(
             vis.tenant,
-            f"SELECT m.n, 1 - (v.vec <=> %(q)s) FROM {M} m JOIN {V} v ON v.tenant = m.tenant AND v.n = m.n "
+            f"SELECT m.n, 1 - (v.vec <=> %(q)s) FROM {M} m JOIN {V} v ON v.tenant = m.tenant AND v.n = m.n "  # noqa: S608 - engine table names and predicates, values bound
             f"WHERE {pred} AND v.model = %(r_model)s ORDER BY v.vec <=> %(q)s LIMIT %(k)s",
             dict(params, q=_vec(query), r_model=model, k=k),
         )

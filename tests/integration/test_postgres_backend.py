@@ -129,12 +129,19 @@ def test_port_calls_naming_a_tenant_run_under_it(url: str) -> None:
     with _open(url) as eng:
         backend: Any = eng.backend
         acme = eng.agent("alice", tenant="acme").remember("acme plans")
-        eng.agent("alice", tenant="globex").remember("globex plans")
+        globex = eng.agent("alice", tenant="globex").remember("globex plans")
+        globex_key = backend.memories.key_of("globex", globex.id)
         # Ask as acme for every key there is: the wall answers with acme's rows only, whatever the SQL.
         seen = backend.store.run("acme", lambda db: db.execute("SELECT id FROM engram.engram_memories").fetchall())
         assert [r[0] for r in seen] == [acme.id]
         vis = Visibility(tenant="acme", reader="alice")
         assert list(backend.memories.many(vis, [1, 2, 3])) == [backend.memories.key_of("acme", acme.id)]
+        # Calls by key alone run under the tenant this thread named last (acme): globex's row is
+        # out of their reach, for reading and for writing.
+        assert backend.memories.get_key(globex_key) is None
+        assert backend.memories.archive_keys([globex_key], backend.changes.next()) == 0
+        assert backend.memories.key_of("globex", globex.id) == globex_key  # naming globex moves the thread there
+        assert backend.memories.get_key(globex_key) is not None
 
 
 # -- coherence across processes -----------------------------------------------------------------

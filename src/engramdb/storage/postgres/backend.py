@@ -15,7 +15,7 @@ import psycopg
 from engramdb.errors import TransactionError
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import MemoryScope
-from engramdb.storage.postgres.connection import PgStore, PostgresSettings, translate
+from engramdb.storage.postgres.connection import STORE, PgStore, PostgresSettings, translate
 from engramdb.storage.postgres.graph import PgEdges
 from engramdb.storage.postgres.migrations import migrate
 from engramdb.storage.postgres.rows import PgMemoryRows
@@ -174,7 +174,7 @@ class PostgresBackend:
             row = db.execute("SELECT value FROM engram.engram_meta WHERE key = 'instance_id'").fetchone()
             return None if row is None else str(row[0])
 
-        return self._store.run("*", go)
+        return self._store.run(STORE, go)
 
     def after_forget(self) -> None:
         # Best effort: VACUUM marks the dead row versions holding the forgotten text as free space,
@@ -221,7 +221,7 @@ class PostgresBackend:
             ).fetchall()
             return [str(r[0]) for r in rows]
 
-        return self._store.run("*", go)
+        return self._store.run(STORE, go)
 
     def close(self) -> None:
         self._store.close()

@@ -7,11 +7,17 @@ port call on that thread inside joins it, and a nested `atomic` is a savepoint.
 
 **The tenant of a call.** Row-level security on every tenant table (FORCE, so the tables' owner
 is bound by it too) admits a row only when ``current_setting('engramdb.tenant')`` is its tenant,
-or is ``'*'``. The rule the adapter keeps: a port call that names a tenant (a `Visibility`, or a
-``tenant`` argument) runs with ``engramdb.tenant`` set to that tenant, so even a wrong predicate
-cannot return another tenant's rows; engine-internal calls that name only keys or read every
-tenant at once (cache loads by change sequence) run with ``'*'``. A connection with no setting
-sees nothing (fails closed). The engine's statements run as a role without BYPASSRLS
+or is ``'*'``. The rule the adapter keeps:
+
+1. a port call that names a tenant (a `Visibility`, or a ``tenant`` argument) runs with
+   ``engramdb.tenant`` set to that tenant, so even a wrong predicate cannot return another
+   tenant's rows; the calling thread remembers it as its current tenant;
+2. a call that names only keys (engine-internal: the keys were seen through a visibility just
+   before) runs under the thread's current tenant, so it cannot read or write another tenant's
+   rows either (a thread that named no tenant yet runs it under ``'*'``);
+3. cache loads that read every tenant at once (by change sequence) run under ``'*'``.
+
+A connection with no setting sees nothing (fails closed). The engine's statements run as a role without BYPASSRLS
 (``<database>_engine``, made by the migrations), so the wall stands even when the URL's role is a
 superuser.
 
@@ -44,8 +50,12 @@ from engramdb.errors import BackendError, ConstraintError, EngramError, SqlError
 SCHEMA = "engram"
 #: the tenant setting row-level security reads
 TENANT_SETTING = "engramdb.tenant"
-#: the tenant value of engine-internal calls over keys or over every tenant
+#: the tenant value of engine-internal calls that read every tenant (cache loads)
 ALL_TENANTS = "*"
+#: calls by key alone: they run under the tenant the calling thread last named (all, if none yet)
+KEYS = "<keys>"
+#: calls on store-wide tables only (no row-level security): the setting is left as it is
+STORE = "<store>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +170,8 @@ class _Local(threading.local):
         self.conn: psycopg.Connection[Any] | None = None
         #: the tenant set inside that unit of work (PgBouncer mode: transaction-local settings)
         self.tenant: str | None = None
+        #: the tenant this thread last named (key-only calls run under it)
+        self.current: str | None = None
 
 
 class PgStore:
@@ -263,7 +275,18 @@ class PgStore:
     def conn(self, tenant: str) -> Iterator[psycopg.Connection[Any]]:
         """This thread's connection for one port call, with ``engramdb.tenant`` = `tenant`."""
         st = self.local
+        if tenant == KEYS:
+            tenant = st.current or ALL_TENANTS
+        elif tenant != ALL_TENANTS and tenant != STORE:
+            st.current = tenant
         held = st.conn
+        if tenant == STORE:
+            if held is not None:
+                yield held
+            else:
+                with self.pool().connection() as conn:
+                    yield conn
+            return
         if held is not None:
             if self.settings.pgbouncer:
                 if st.tenant != tenant:

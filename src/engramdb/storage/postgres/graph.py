@@ -12,11 +12,24 @@ from typing import Any
 import psycopg
 
 from engramdb.memories.model import Edge, EdgeType, Visibility
-from engramdb.storage.postgres.connection import ALL_TENANTS, PgStore
+from engramdb.storage.postgres.connection import KEYS, PgStore
 from engramdb.storage.postgres.visibility import predicate
 
 E = "engram.engram_edges"
 M = "engram.engram_memories"
+# Start from the given nodes' edges, then look each far end up by its key (the visibility predicate
+# inside that lookup): the CTE and OFFSET 0 keep the planner from walking every visible memory
+# first, as it did before statistics existed (7 ms instead of 0.2 ms per call at 2k memories).
+_FROM_EDGES = (
+    "WITH x AS MATERIALIZED ({edges}) SELECT {cols} FROM x CROSS JOIN LATERAL "  # noqa: S608 - engine table names and predicates, values bound
+    "(SELECT m.id, m.content FROM " + M + " m WHERE m.tenant = %(v_tenant)s AND m.n = x.far AND {pred} OFFSET 0) o"
+)
+#: the edges of the given keys either way, as (near, far, …)
+_NEAR = (
+    "SELECT e.src AS near, e.dst AS far{cols} FROM " + E + " e WHERE e.tenant = %(v_tenant)s{where} "  # noqa: S608 - engine table names and predicates, values bound
+    "AND e.src = ANY(%({keys})s) UNION ALL SELECT e.dst, e.src{cols} FROM " + E + " e "
+    "WHERE e.tenant = %(v_tenant)s{where} AND e.dst = ANY(%({keys})s)"
+)
 _TENANT_OF = f"(SELECT t.tenant FROM {M} t WHERE t.n = %(key)s)"  # noqa: S608 - engine table names and predicates, values bound
 
 
@@ -60,7 +73,7 @@ class PgEdges:
 
     def delete_touching(self, key: int) -> None:
         self._fetch(
-            ALL_TENANTS,
+            KEYS,
             f"DELETE FROM {E} WHERE tenant = {_TENANT_OF} AND (src = %(key)s OR dst = %(key)s) RETURNING 1",  # noqa: S608 - engine table names and predicates, values bound
             {"key": key},
         )
@@ -69,7 +82,7 @@ class PgEdges:
         # The duplicate's edges move over (they stay on the archived record too, for provenance);
         # an edge the survivor already has keeps the higher weight.
         self._fetch(
-            ALL_TENANTS,
+            KEYS,
             f"INSERT INTO {E} (tenant, src, dst, type, weight, created_at, created_by) "  # noqa: S608 - engine table names and predicates, values bound
             "SELECT tenant, CASE WHEN src = %(dup)s THEN %(keep)s ELSE src END, "
             "CASE WHEN dst = %(dup)s THEN %(keep)s ELSE dst END, type, weight, created_at, created_by "
@@ -85,14 +98,13 @@ class PgEdges:
         if not nodes:
             return adjacency
         pred, params = predicate(vis)
-        params = dict(params, nodes=list(nodes))
         # Edges spread both ways; the far end must be visible to be reached at all.
-        query = " UNION ALL ".join(
-            f"SELECT e.{near}, e.{far}, e.type, e.weight FROM {E} e JOIN {M} m ON m.tenant = e.tenant AND m.n = e.{far} "  # noqa: S608 - engine table names and predicates, values bound
-            f"WHERE e.tenant = %(v_tenant)s AND e.{near} = ANY(%(nodes)s) AND {pred}"
-            for near, far in (("src", "dst"), ("dst", "src"))
+        query = _FROM_EDGES.format(
+            edges=_NEAR.format(cols=", e.type, e.weight", where="", keys="nodes"),
+            cols="x.near, x.far, x.type, x.weight",
+            pred=pred,
         )
-        for a, b, etype, weight in self._fetch(vis.tenant, query, params):
+        for a, b, etype, weight in self._fetch(vis.tenant, query, dict(params, nodes=list(nodes))):
             adjacency.setdefault(int(a), []).append((int(b), str(etype), float(weight)))
         return adjacency
 
@@ -101,14 +113,12 @@ class PgEdges:
         if not keys:
             return notes
         pred, params = predicate(vis)
-        params = dict(params, keys=list(keys))
-        query = " UNION ALL ".join(
-            f"SELECT e.{near}, m.id, substr(m.content, 1, 120) FROM {E} e JOIN {M} m "  # noqa: S608 - engine table names and predicates, values bound
-            f"ON m.tenant = e.tenant AND m.n = e.{far} WHERE e.tenant = %(v_tenant)s AND e.type = 'contradicts' "
-            f"AND e.{near} = ANY(%(keys)s) AND {pred}"
-            for near, far in (("src", "dst"), ("dst", "src"))
+        query = _FROM_EDGES.format(
+            edges=_NEAR.format(cols="", where=" AND e.type = 'contradicts'", keys="keys"),
+            cols="x.near, o.id, substr(o.content, 1, 120)",
+            pred=pred,
         )
-        for n, other, preview in self._fetch(vis.tenant, query, params):
+        for n, other, preview in self._fetch(vis.tenant, query, dict(params, keys=list(keys))):
             notes.setdefault(int(n), []).append((str(other), str(preview)))
         return notes
 

@@ -23,7 +23,7 @@ from engramdb.storage.ports import (
     RescoreRow,
     Stored,
 )
-from engramdb.storage.postgres.connection import ALL_TENANTS, PgStore
+from engramdb.storage.postgres.connection import ALL_TENANTS, KEYS, PgStore
 from engramdb.storage.postgres.visibility import predicate
 from engramdb.storage.sqlite.rows import MEMORY_COLUMNS, row_to_memory
 
@@ -112,7 +112,7 @@ class PgMemoryRows:
     def update(self, key: int, change: ContentChange, stamp: int) -> None:
         c = change
         self._exec(
-            ALL_TENANTS,
+            KEYS,
             f"UPDATE {M} SET content = %s, title = %s, tags = %s, importance = %s, salience = %s, confidence = %s, "  # noqa: S608 - engine table names and predicates, values bound
             "status = %s, version = %s, n_chars = %s, n_tokens = %s, n_sentences = %s, content_hash = %s, terms = %s, "
             "changed = %s, confidentiality = %s WHERE n = %s",
@@ -136,7 +136,7 @@ class PgMemoryRows:
         if not keys:
             return 0
         return self._exec(
-            ALL_TENANTS,
+            KEYS,
             f"UPDATE {M} SET archived = 1, changed = %s WHERE n = ANY(%s)",  # noqa: S608 - engine table names and predicates, values bound
             (stamp, list(keys)),
         )
@@ -151,14 +151,14 @@ class PgMemoryRows:
     def raise_level(self, keys: Sequence[int], level: Confidentiality, stamp: int) -> None:
         if keys:
             self._exec(
-                ALL_TENANTS,
+                KEYS,
                 f"UPDATE {M} SET confidentiality = %s, changed = %s WHERE n = ANY(%s) AND confidentiality < %s",  # noqa: S608 - engine table names and predicates, values bound
                 (int(level), stamp, list(keys), int(level)),
             )
 
     def retire(self, key: int, retired_id: str, stamp: int) -> None:
         self._exec(
-            ALL_TENANTS,
+            KEYS,
             f"UPDATE {M} SET archived = 1, id = %s, content = '', title = '', tags = '[]', entities = '[]', "  # noqa: S608 - engine table names and predicates, values bound
             "refs = '[]', terms = '', content_hash = '', changed = %s WHERE n = %s",
             (retired_id, stamp, key),
@@ -180,11 +180,11 @@ class PgMemoryRows:
             )  # fmt: skip
             db.execute(f"UPDATE {M} SET archived = 1, changed = %s WHERE n = %s", (stamp, dup))  # noqa: S608 - engine table names and predicates, values bound
 
-        self._store.run(ALL_TENANTS, go)
+        self._store.run(KEYS, go)
 
     def set_importance(self, updates: Sequence[tuple[float, int]], stamp: int) -> None:
         self._many(
-            ALL_TENANTS,
+            KEYS,
             f"UPDATE {M} SET importance = %s, changed = %s WHERE n = %s",  # noqa: S608 - engine table names and predicates, values bound
             [(imp, stamp, n) for imp, n in updates],
         )
@@ -193,7 +193,7 @@ class PgMemoryRows:
         if not keys:
             return []
         rows = self._fetch(
-            ALL_TENANTS,
+            KEYS,
             f"SELECT n, ring, old_count, old_newest, old_oldest FROM {M} WHERE n = ANY(%s)",  # noqa: S608 - engine table names and predicates, values bound
             (list(keys),),
         )
@@ -201,7 +201,7 @@ class PgMemoryRows:
 
     def set_access_state(self, updates: Sequence[AccessUpdate], stamp: int) -> None:
         self._many(
-            ALL_TENANTS,
+            KEYS,
             f"UPDATE {M} SET ring = %s, old_count = %s, old_newest = %s, old_oldest = %s, last_access = %s, "  # noqa: S608 - engine table names and predicates, values bound
             "access_count = access_count + 1, strength = strength + %s, changed = %s WHERE n = %s",
             [(*u[:6], stamp, u[6]) for u in updates],
@@ -215,7 +215,7 @@ class PgMemoryRows:
             if archive
             else f"UPDATE {M} SET refs = %s, changed = %s WHERE n = %s AND refs = %s AND archived = 0"  # noqa: S608 - engine table names and predicates, values bound
         )
-        return self._exec(ALL_TENANTS, query, (refs_json(refs), stamp, key, refs_json(expected))) == 1
+        return self._exec(KEYS, query, (refs_json(refs), stamp, key, refs_json(expected))) == 1
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -229,7 +229,7 @@ class PgMemoryRows:
         return _stored(rows[0] if rows else None)
 
     def get_key(self, key: int) -> Stored | None:
-        rows = self._fetch(ALL_TENANTS, f"SELECT {MEMORY_COLUMNS} FROM {M} WHERE n = %s", (key,))  # noqa: S608 - engine table names and predicates, values bound
+        rows = self._fetch(KEYS, f"SELECT {MEMORY_COLUMNS} FROM {M} WHERE n = %s", (key,))  # noqa: S608 - engine table names and predicates, values bound
         return _stored(rows[0] if rows else None)
 
     def many(self, vis: Visibility, keys: Sequence[int]) -> dict[int, Memory]:
@@ -246,13 +246,13 @@ class PgMemoryRows:
     def names(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
         if not keys:
             return {}
-        rows = self._fetch(ALL_TENANTS, f"SELECT n, id, title FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
+        rows = self._fetch(KEYS, f"SELECT n, id, title FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
         return {int(n): (str(mid), str(title)) for n, mid, title in rows}
 
     def contents(self, keys: Sequence[int]) -> dict[int, str]:
         if not keys:
             return {}
-        rows = self._fetch(ALL_TENANTS, f"SELECT n, content FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
+        rows = self._fetch(KEYS, f"SELECT n, content FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
         return {int(n): str(c) for n, c in rows}
 
     def listing(self, vis: Visibility) -> list[Memory]:

@@ -10,7 +10,7 @@ import psycopg
 
 from engramdb.memories.model import AccessRecord, Channel, Components, MemoryVersion, Tombstone, Visibility
 from engramdb.storage.ports import RecallRecord, Touch, Usage
-from engramdb.storage.postgres.connection import ALL_TENANTS, PgStore
+from engramdb.storage.postgres.connection import KEYS, STORE, PgStore
 from engramdb.storage.postgres.visibility import predicate
 
 _READS = "('recalled', 'searched', 'deref')"
@@ -73,7 +73,7 @@ class PgAccessStream(_Port):
 
     def records(self, key: int) -> list[AccessRecord]:
         rows = self._fetch(
-            ALL_TENANTS,
+            KEYS,
             "SELECT a.ts, a.channel, a.reader, m.id, a.trace_ref, a.query, a.score, a.rank, a.rel, a.rec, a.imp, "  # noqa: S608 - engine table names and predicates, values bound
             "a.spread, a.recall_id FROM engram.engram_access a JOIN engram.engram_memories m "
             f"ON m.tenant = a.tenant AND m.n = a.n WHERE a.tenant = {_TENANT_OF} AND a.n = %s ORDER BY a.id",
@@ -204,7 +204,7 @@ class PgVersions(_Port):
     def add(self, key: int, version: MemoryVersion) -> None:
         v = version
         self._exec(
-            ALL_TENANTS,
+            KEYS,
             "INSERT INTO engram.engram_versions (tenant, n, version, title, content, changed_at, changed_by) "
             "SELECT t.tenant, t.n, %s, %s, %s, %s, %s FROM engram.engram_memories t WHERE t.n = %s",
             (v.version, v.title, v.content, v.changed_at, v.changed_by, key),
@@ -212,7 +212,7 @@ class PgVersions(_Port):
 
     def history(self, key: int) -> list[MemoryVersion]:
         rows = self._fetch(
-            ALL_TENANTS,
+            KEYS,
             "SELECT version, title, content, changed_at, changed_by FROM engram.engram_versions "  # noqa: S608 - engine table names and predicates, values bound
             f"WHERE tenant = {_TENANT_OF} AND n = %s ORDER BY version",
             (key, key),
@@ -221,7 +221,7 @@ class PgVersions(_Port):
 
     def delete(self, key: int) -> None:
         self._exec(
-            ALL_TENANTS,
+            KEYS,
             f"DELETE FROM engram.engram_versions WHERE tenant = {_TENANT_OF} AND n = %s",  # noqa: S608 - engine table names and predicates, values bound
             (key, key),
         )
@@ -237,11 +237,11 @@ class PgChangeSequence(_Port):
 
     def next(self) -> int:
         rows = self._fetch(
-            ALL_TENANTS,
+            STORE,
             "UPDATE engram.engram_counters SET value = value + 1 WHERE name = 'memories' RETURNING value",
         )
         return int(rows[0][0])
 
     def current(self) -> int:
-        rows = self._fetch(ALL_TENANTS, "SELECT value FROM engram.engram_counters WHERE name = 'memories'")
+        rows = self._fetch(STORE, "SELECT value FROM engram.engram_counters WHERE name = 'memories'")
         return int(rows[0][0])

@@ -18,7 +18,7 @@ import psycopg
 
 from engramdb.memories.model import Visibility
 from engramdb.storage.ports import ScopeVector, VectorRow
-from engramdb.storage.postgres.connection import ALL_TENANTS, PgStore, translated
+from engramdb.storage.postgres.connection import ALL_TENANTS, KEYS, PgStore, translated
 from engramdb.storage.postgres.visibility import predicate
 
 M = "engram.engram_memories"
@@ -71,11 +71,11 @@ class PgMemoryVectors:
             with db.cursor() as cur:
                 cur.executemany(query, params)
 
-        self._store.run(ALL_TENANTS, go)
+        self._store.run(KEYS, go)
 
     def delete(self, key: int) -> None:
         self._fetch(
-            ALL_TENANTS,
+            KEYS,
             f"DELETE FROM {V} WHERE tenant = (SELECT t.tenant FROM {M} t WHERE t.n = %(k)s) AND n = %(k)s RETURNING 1",  # noqa: S608 - engine table names and predicates, values bound
             {"k": key},
         )

@@ -1,0 +1,254 @@
+"""Backends benchmark: the same engine on SQLite and on PostgreSQL, in one run, on the same data.
+
+Per size (``--sizes``, default 10k) and backend, on the synthetic corpus (`corpus.generate(n,
+seed, tenants=1, agents=8)`), every memory stored through one agent handle so each recall searches
+all n memories:
+
+- **remember, batched**: `remember_many` in batches of ``--batch`` (dedup off): memories per second.
+- **remember, single**: the last ``--single`` memories one `remember` call each (dedup off).
+- **recall**: `recall(query, k=10, hops=1)` over ``--queries`` corpus queries, after one untimed
+  recall (it loads the in-process caches); p50 / p99. Every recall also writes its accesses (the
+  access stream, rings, the recall log), as in use.
+- **concurrent writers**: ``--clients`` processes (spawned, each its own engine on the same store)
+  × ``--writes`` `remember` calls each, started together: writes per second over the wall time
+  from the start signal to the last one done, and lost writes (expected − stored; must be 0).
+
+PostgreSQL is a real server: ``--pg-url`` (an admin URL; a fresh database is made per size and
+dropped after), or by default the ``pgserver`` package's PostgreSQL 16 + pgvector (the ``test``
+extra), as the tests use it. SQLite is a WAL file in a temporary directory.
+
+    python benchmarks/bench_backends.py                       # 10k, about 5 minutes on 2 cores
+    python benchmarks/bench_backends.py --sizes 10000 100000
+
+Prints a table and writes benchmarks/results/backends.json (commit, clean or dirty tree,
+machine, load before and after, the command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))
+
+import corpus  # noqa: E402
+from peers._common import latency_stats  # noqa: E402
+
+AGENT = "bench"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def fields(spec: corpus.MemorySpec) -> dict[str, Any]:
+    return {
+        "content": spec.content,
+        "type": spec.type,
+        "importance": spec.importance,
+        "salience": spec.salience,
+        "confidence": spec.confidence,
+        "tags": list(spec.tags),
+        "entities": list(spec.entities),
+        "title": spec.title,
+        "status": spec.status,
+        "created_at": spec.created_at,
+        "shared": spec.shared,
+    }
+
+
+def embedder(name: str) -> Any:
+    if name == "fake":
+        from engramdb.testing import fake_embedder
+
+        return fake_embedder()
+    return "default"
+
+
+@contextlib.contextmanager
+def store(backend: str, pg_url: str | None, tmp: Path, n: int) -> Iterator[str]:
+    """Where the engine opens: a file path, or the URL of a fresh database (dropped after)."""
+    if backend == "sqlite":
+        yield str(tmp / f"bench-{n}.db")
+        return
+    from tests import pg_server
+
+    if pg_url:
+        os.environ["ENGRAMDB_TEST_PG_URL"] = pg_url
+    with pg_server.fresh_database("edbbench") as url:
+        yield url
+
+
+# -- concurrent writers ---------------------------------------------------------------------------
+
+
+def _writer(location: str, emb: str, client: int, writes: int, ready: Any, go: Any, out: Any) -> None:
+    from engramdb import DynamicMemoryEngine
+
+    with DynamicMemoryEngine(location, memory_embedder=embedder(emb)) as eng:
+        agent = eng.agent(f"writer-{client}")
+        agent.remember("warm up the connection and the embedder", dedup=False)
+        ready.release()
+        go.wait()
+        for i in range(writes):
+            agent.remember(f"client {client} write {i}: the batch job {i % 97} finished in {i % 13} minutes", dedup=False)
+        out.put((client, time.time()))
+
+
+def concurrent_writes(location: str, emb: str, clients: int, writes: int) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(location, emb, c, writes, ready, go, out)) for c in range(clients)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        if not ready.acquire(timeout=300):
+            raise RuntimeError("a writer did not start")
+    start = time.time()
+    go.set()
+    ends = [out.get(timeout=1800)[1] for _ in procs]
+    for p in procs:
+        p.join(60)
+    if any(p.exitcode != 0 for p in procs):
+        raise RuntimeError(f"writers failed: {[p.exitcode for p in procs]}")
+    wall = max(ends) - start
+    from engramdb import DynamicMemoryEngine
+
+    with DynamicMemoryEngine(location, memory_embedder=None) as eng:
+        stored = sum(len(eng.agent(f"writer-{c}").memories()) - 1 for c in range(clients))
+    expected = clients * writes
+    return {
+        "clients": clients,
+        "writes_each": writes,
+        "wall_s": round(wall, 3),
+        "writes_per_s": round(expected / wall, 1),
+        "stored": stored,
+        "lost_writes": expected - stored,
+    }
+
+
+# -- one size on one backend ----------------------------------------------------------------------
+
+
+def run(backend: str, n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    from engramdb import DynamicMemoryEngine
+
+    specs = list(corpus.generate(n, seed=args.seed, tenants=1, agents=8))
+    qs = corpus.queries(specs, args.queries, seed=args.seed)
+    row: dict[str, Any] = {"backend": backend, "n": n, "load_before": [round(x, 2) for x in os.getloadavg()]}
+    with store(backend, args.pg_url, tmp, n) as location:
+        with DynamicMemoryEngine(location, memory_embedder=embedder(args.embedder)) as eng:
+            agent = eng.agent(AGENT)
+            bulk, single = specs[: n - args.single], specs[n - args.single :]
+            t0 = time.perf_counter()
+            it = iter(bulk)
+            while chunk := list(islice(it, args.batch)):
+                agent.remember_many([fields(s) for s in chunk], dedup=False)
+            batched = time.perf_counter() - t0
+            row["remember_batched_per_s"] = round(len(bulk) / batched, 1)
+            times = []
+            for s in single:
+                t = time.perf_counter()
+                agent.remember(**fields(s), dedup=False)
+                times.append(time.perf_counter() - t)
+            row["remember_single"] = latency_stats(times)
+            row["remember_single_per_s"] = round(len(times) / sum(times), 1)
+            log(f"{backend} {n}: built ({row['remember_batched_per_s']}/s batched)")
+            first = time.perf_counter()
+            agent.recall(qs[0].text, k=10, hops=1)
+            row["first_recall_ms"] = round((time.perf_counter() - first) * 1000, 2)
+            lat = []
+            for _ in range(args.rounds):
+                for q in qs:
+                    t = time.perf_counter()
+                    agent.recall(q.text, k=10, hops=1)
+                    lat.append(time.perf_counter() - t)
+            row["recall"] = latency_stats(lat)
+            log(f"{backend} {n}: recall p50 {row['recall']['p50_ms']} ms")
+        row["concurrent"] = concurrent_writes(location, args.embedder, args.clients, args.writes)
+        log(f"{backend} {n}: {row['concurrent']}")
+    row["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    return row
+
+
+def git_state() -> dict[str, Any]:
+    def git(*cmd: str) -> str:
+        done = subprocess.run(["git", *cmd], cwd=HERE.parent, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return {"commit": git("rev-parse", "--short", "HEAD"), "tree": "dirty" if git("status", "--porcelain") else "clean"}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| backend | n | remember batched /s | remember single /s | recall p50 ms | recall p99 ms | "
+        "8 writers /s | lost |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        c = r["concurrent"]
+        lines.append(
+            f"| {r['backend']} | {r['n']:,} | {r['remember_batched_per_s']:,.0f} | {r['remember_single_per_s']:,.0f} | "
+            f"{r['recall']['p50_ms']:.2f} | {r['recall']['p99_ms']:.2f} | {c['writes_per_s']:,.0f} | {c['lost_writes']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000])
+    ap.add_argument("--backends", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--single", type=int, default=200)
+    ap.add_argument("--queries", type=int, default=150)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--writes", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--embedder", choices=["default", "fake"], default="default")
+    ap.add_argument("--pg-url", default=None, help="an admin URL of a running server (default: pgserver)")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "backends.json")
+    args = ap.parse_args(argv)
+    command = "python benchmarks/bench_backends.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {
+        **git_state(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "command": command.strip(),
+    }
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="edb-bench-") as tmp:
+        for n in args.sizes:
+            for backend in args.backends:
+                rows.append(run(backend, n, args, Path(tmp)))
+    meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    by = {(r["backend"], r["n"]): r for r in rows}
+    ratios = {
+        str(n): round(by[("postgres", n)]["recall"]["p50_ms"] / by[("sqlite", n)]["recall"]["p50_ms"], 2)
+        for n in args.sizes
+        if ("postgres", n) in by and ("sqlite", n) in by
+    }
+    result = {**meta, "recall_p50_ratio_pg_over_sqlite": ratios, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(table(rows))
+    print(f"recall p50 PostgreSQL / SQLite: {ratios}   ({meta['commit']}, {meta['tree']} tree, {meta['machine']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

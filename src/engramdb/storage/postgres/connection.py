@@ -265,8 +265,9 @@ class PgStore:
     def _set(self, conn: psycopg.Connection[Any], tenant: str, *, local: bool) -> None:
         if local:
             conn.execute(
-                "SELECT set_config('role', %s, true), set_config('engramdb.tenant', %s, true)",
-                (self.role or "none", tenant),
+                "SELECT set_config('role', %s, true), set_config('engramdb.tenant', %s, true), "
+                "set_config('lock_timeout', %s, true)",
+                (self.role or "none", tenant, f"{int(self.settings.lock_timeout * 1000)}ms"),
             )
         else:
             conn.execute("SELECT set_config('engramdb.tenant', %s, false)", (tenant,))

@@ -40,6 +40,16 @@ _INSERT = (
 _EPOCH = r"substring({k} from 'time:([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)$')"
 
 
+def _by_keys(cols: str, pred: str) -> str:
+    """SELECT `cols` of the memories among %(keys)s that `pred` admits, each looked up by its
+    primary key: the lateral lookup (OFFSET 0 keeps it one) holds the plan whatever the
+    statistics say (before they existed the planner scanned every visible row: 7 ms, not 0.2)."""
+    return (
+        f"SELECT {cols} FROM unnest(%(keys)s::bigint[]) AS k(n) CROSS JOIN LATERAL "  # noqa: S608 - engine table names and predicates, values bound
+        f"(SELECT * FROM {M} m WHERE m.tenant = %(v_tenant)s AND m.n = k.n AND {pred} OFFSET 0) m"
+    )
+
+
 def refs_json(refs: Iterable[MemoryRef]) -> str:
     return json.dumps([r.to_json() for r in refs])
 
@@ -236,11 +246,7 @@ class PgMemoryRows:
         if not keys:
             return {}
         pred, params = predicate(vis)
-        rows = self._fetch(
-            vis.tenant,
-            f"SELECT {_M_COLUMNS} FROM {M} m WHERE m.tenant = %(v_tenant)s AND m.n = ANY(%(keys)s) AND {pred}",  # noqa: S608 - engine table names and predicates, values bound
-            dict(params, keys=list(keys)),
-        )
+        rows = self._fetch(vis.tenant, _by_keys(_M_COLUMNS, pred), dict(params, keys=list(keys)))
         return {int(r[0]): row_to_memory(r) for r in rows}
 
     def names(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
@@ -283,8 +289,8 @@ class PgMemoryRows:
             pred += " AND m.type = ANY(%(types)s)"
             params["types"] = sorted(set(types))
         if keys is not None:
-            pred += " AND m.n = ANY(%(keys)s)"
             params["keys"] = list(keys)
+            return [int(r[0]) for r in self._fetch(vis.tenant, _by_keys("m.n", pred) + " ORDER BY m.n", params)]
         rows = self._fetch(vis.tenant, f"SELECT m.n FROM {M} m WHERE {pred} ORDER BY m.n", params)  # noqa: S608 - engine table names and predicates, values bound
         return [int(r[0]) for r in rows]
 

@@ -51,7 +51,8 @@ class PgMemoryVectors:
 
     def _fetch(self, tenant: str, query: str, params: Any) -> list[tuple[Any, ...]]:
         def go(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return list(db.execute(query, params).fetchall())
+            # Binary results: a vector arrives as float32s, not as text to parse.
+            return list(db.execute(query, params, binary=True).fetchall())
 
         return self._store.run(tenant, go)
 
@@ -138,7 +139,8 @@ class PgRowVectors:
 
     def _fetch(self, query: str, params: Any) -> list[tuple[Any, ...]]:
         def go(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return list(db.execute(query, params).fetchall())
+            # Binary results: a vector arrives as float32s, not as text to parse.
+            return list(db.execute(query, params, binary=True).fetchall())
 
         return self._store.run(self.tenant, go)
 

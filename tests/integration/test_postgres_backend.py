@@ -395,3 +395,38 @@ def test_the_visibility_predicate_admits_the_same_memories_on_both_backends(url:
     finally:
         for eng in engines:
             eng.close()
+
+
+def test_a_stopped_server_is_a_backend_error() -> None:
+    """A server of its own (pgserver), stopped under an open engine: every call is a `BackendError`."""
+    import shutil
+    import tempfile
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    root = tempfile.mkdtemp(prefix="edbstop-", dir="/tmp")
+    try:
+        server = pgserver.get_server(root, cleanup_mode="stop")
+        with _admin(server.get_uri()) as pg:
+            pg.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        from engramdb.storage.postgres import PostgresBackend, PostgresSettings
+
+        backend = PostgresBackend(server.get_uri(), PostgresSettings(pool_timeout=2.0))
+        eng = DynamicMemoryEngine(backend, clock=FixedClock(), memory_embedder=fake_embedder())
+        alice = eng.agent("alice")
+        alice.remember("written while the server ran")
+        server.cleanup()  # stops the server
+        with pytest.raises(BackendError):
+            alice.remember("written after it stopped", dedup=False)
+        with pytest.raises(BackendError, match="unreachable"):
+            alice.recall("written")
+        # close() still closes the pool; the vector channel's catch-up before it says the server is gone.
+        with pytest.raises(BackendError):
+            eng.close()
+        with pytest.raises(BackendError, match="closed"):
+            alice.recall("written")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

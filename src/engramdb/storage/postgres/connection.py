@@ -133,7 +133,8 @@ def convert(exc: BaseException) -> EngramError:
     message = str(exc).strip() or type(exc).__name__
     if isinstance(exc, psycopg_pool.PoolTimeout):
         return BackendError(
-            f"no PostgreSQL connection became free in time ({message}); raise pool_max_size or pool_timeout"
+            f"no PostgreSQL connection in time ({message}): the server is unreachable or every pooled "
+            "connection is busy; check the server, or raise pool_max_size or pool_timeout"
         )
     if isinstance(exc, psycopg.errors.IntegrityError):
         return ConstraintError(message)

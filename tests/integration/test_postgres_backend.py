@@ -430,3 +430,33 @@ def test_a_stopped_server_is_a_backend_error() -> None:
             alice.recall("written")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_whole_engine_runs_in_pgbouncer_mode(url: str) -> None:
+    """Writes, links, updates, intents, forgetting, reflection and explain with transaction-local
+    settings only and no prepared statements, on a pool of two connections."""
+    from engramdb import EdgeType, Forgotten
+    from engramdb.storage.postgres import PostgresBackend, PostgresSettings
+
+    clock = FixedClock()
+    backend = PostgresBackend(url, PostgresSettings(pool_max_size=2, pgbouncer=True))
+    with DynamicMemoryEngine(backend, clock=clock, memory_embedder=fake_embedder()) as eng:
+        alice, bob = eng.agent("alice", tenant="acme"), eng.agent("bob", tenant="globex")
+        a = alice.remember("the quarterly plan is due in March", shared=True)
+        b = alice.remember("the budget review precedes the quarterly plan", dedup=False)
+        bob.remember("globex has its own quarterly plan")
+        alice.link(b.id, a.id, EdgeType.CAUSES)
+        alice.update(a.id, content="the quarterly plan is due in April")
+        assert [v.content for v in alice.history(a.id)] == ["the quarterly plan is due in March"]
+        alice.intend("ask about the plan", on_event="standup")
+        assert [m.content for m in alice.due(event="standup")] == ["ask about the plan"]
+        hits = alice.recall("quarterly plan", k=5, hops=2)
+        assert {h.memory.id for h in hits} >= {a.id, b.id} and all(h.memory.tenant == "acme" for h in hits)
+        assert alice.explain(hits.recall_id).hits[0].memory_id == hits[0].memory.id
+        alice.forget(b.id, reason="outdated")
+        with pytest.raises(Forgotten):
+            alice.remember("the budget review precedes the quarterly plan")
+        alice.reflect()
+        assert alice.stats().memories >= 1
+        prepared, tenant = _prepared_and_setting(backend)
+        assert (prepared, tenant) == (0, "")

@@ -460,3 +460,25 @@ def test_the_whole_engine_runs_in_pgbouncer_mode(url: str) -> None:
         assert alice.stats().memories >= 1
         prepared, tenant = _prepared_and_setting(backend)
         assert (prepared, tenant) == (0, "")
+
+
+def test_a_non_superuser_owner_opens_the_engine_and_is_bound_by_the_wall(url: str) -> None:
+    """The usual production setup: the URL's role owns the database and may create roles, no
+    more. FORCE'd row-level security binds it too, on its own connections."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    db = parts.path.strip("/")
+    with _admin(url) as pg:
+        pg.execute(f'CREATE ROLE "{db}_owner" LOGIN CREATEROLE')
+        pg.execute(f'ALTER DATABASE "{db}" OWNER TO "{db}_owner"')
+    owner_url = urlunsplit((parts.scheme, f"{db}_owner@", parts.path, parts.query, ""))
+    with _open(owner_url) as eng:
+        acme = eng.agent("alice", tenant="acme")
+        acme.remember("the owner's engine works")
+        eng.agent("bob", tenant="globex").remember("a globex memory")
+        assert [h.memory.content for h in acme.recall("owner engine")] == ["the owner's engine works"]
+    with _admin(owner_url) as pg:
+        assert pg.execute("SELECT count(*) FROM engram.engram_memories").fetchone()[0] == 0
+        pg.execute("SELECT set_config('engramdb.tenant', 'acme', false)")
+        assert pg.execute("SELECT tenant, count(*) FROM engram.engram_memories GROUP BY 1").fetchall() == [("acme", 1)]

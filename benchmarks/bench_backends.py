@@ -9,6 +9,8 @@ all n memories:
 - **recall**: `recall(query, k=10, hops=1)` over ``--queries`` corpus queries, after one untimed
   recall (it loads the in-process caches); p50 / p99. Every recall also writes its accesses (the
   access stream, rings, the recall log), as in use.
+- **vector candidates** (PostgreSQL): the in-process channel against pgvector's exact scan with
+  the visibility predicate inside, and with ``--hnsw`` an HNSW index (built after the recalls).
 - **concurrent writers**: ``--clients`` processes (spawned, each its own engine on the same store)
   × ``--writes`` `remember` calls each, started together: writes per second over the wall time
   from the start signal to the last one done, and lost writes (expected − stored; must be 0).
@@ -187,7 +189,7 @@ def run(backend: str, n: int, args: argparse.Namespace, tmp: Path) -> dict[str, 
             row["recall"] = latency_stats(lat)
             log(f"{backend} {n}: recall p50 {row['recall']['p50_ms']} ms")
             if backend.startswith("postgres") and eng.vectors is not None:
-                row["vector_candidates"] = knn_versus_in_process(eng, [q.text for q in qs])
+                row["vector_candidates"] = knn_versus_in_process(eng, [q.text for q in qs], hnsw=args.hnsw)
                 log(f"{backend} {n}: vector candidates {row['vector_candidates']}")
         row["concurrent"] = concurrent_writes(location, args.embedder, args.clients, args.writes)
         log(f"{backend} {n}: {row['concurrent']}")
@@ -195,33 +197,68 @@ def run(backend: str, n: int, args: argparse.Namespace, tmp: Path) -> dict[str, 
     return row
 
 
-def knn_versus_in_process(eng: Any, texts: list[str]) -> dict[str, Any]:
-    """The vector candidates of recall, two ways, on the same visibility and k: the in-process
-    channel (what recall uses) and pgvector's exact ``<=>`` scan with the visibility predicate
-    inside the query (`PgMemoryVectors.knn`); latency and how often the two agree."""
+def knn_versus_in_process(eng: Any, texts: list[str], *, hnsw: bool) -> dict[str, Any]:
+    """The vector candidates of recall, on the same visibility and k: the in-process channel (what
+    recall uses), pgvector's exact ``<=>`` scan with the visibility predicate inside the query
+    (`PgMemoryVectors.knn`), and with `hnsw` an HNSW expression index for the embedder's dimension
+    (visibility applied to its top k, after the index scan); latency, and top-10 overlap with the
+    in-process channel."""
+    import psycopg
+
     from engramdb.memories.model import Visibility
+    from engramdb.storage.postgres.visibility import predicate
 
     vis = Visibility(tenant="default", reader=AGENT)
     k = eng.scoring.candidates
     emb = eng.memory_embedder
-    local, server, agree = [], [], []
+    backend = eng.backend
+    out: dict[str, Any] = {"k": k}
+    hnsw_sql = None
+    if hnsw:
+        with psycopg.connect(backend.url, autocommit=True) as pg:  # the tables' owner builds it
+            t = time.perf_counter()
+            pg.execute(
+                f"CREATE INDEX engram_vectors_hnsw ON engram.engram_vectors USING hnsw "
+                f"((vec::vector({emb.dim})) vector_cosine_ops) WHERE model = '{emb.name}'"
+            )
+            pg.execute("ANALYZE engram.engram_vectors")
+            out["hnsw_build_s"] = round(time.perf_counter() - t, 2)
+        pred, params = predicate(vis)
+        cast = f"::vector({emb.dim})"
+        hnsw_sql = (
+            f"SELECT m.n FROM (SELECT v.tenant, v.n, v.vec{cast} <=> %(q)s{cast} AS d FROM engram.engram_vectors v "
+            f"WHERE v.model = %(model)s ORDER BY v.vec{cast} <=> %(q)s{cast} LIMIT %(k)s) c "
+            f"JOIN engram.engram_memories m ON m.tenant = c.tenant AND m.n = c.n WHERE {pred} ORDER BY c.d"
+        )
+    lat: dict[str, list[float]] = {"in_process": [], "pgvector_exact": [], "pgvector_hnsw": []}
+    agree: dict[str, list[float]] = {"pgvector_exact": [], "pgvector_hnsw": []}
     for text in texts:
         q = emb.embed([text])[0]
         t = time.perf_counter()
         mine = eng.vectors.search(q, k, vis)
-        local.append(time.perf_counter() - t)
+        lat["in_process"].append(time.perf_counter() - t)
+        top = set(sorted(mine, key=lambda key: -mine[key])[:10])
         t = time.perf_counter()
-        theirs = eng.backend.vectors.knn(vis, emb.name, q.tobytes(), k)
-        server.append(time.perf_counter() - t)
-        top = sorted(mine, key=lambda key: -mine[key])[:10]
-        agree.append(len(set(top) & {key for key, _ in theirs[:10]}) / max(1, len(top)))
-    return {
-        "k": k,
-        "in_process_p50_ms": latency_stats(local)["p50_ms"],
-        "pgvector_exact_p50_ms": latency_stats(server)["p50_ms"],
-        "pgvector_exact_p99_ms": latency_stats(server)["p99_ms"],
-        "top10_overlap": round(sum(agree) / len(agree), 3),
-    }
+        exact = [key for key, _ in backend.vectors.knn(vis, emb.name, q.tobytes(), k)]
+        lat["pgvector_exact"].append(time.perf_counter() - t)
+        agree["pgvector_exact"].append(len(top & set(exact[:10])) / max(1, len(top)))
+        if hnsw_sql is not None:
+            args = dict(params, q=q, model=emb.name, k=k)
+            t = time.perf_counter()
+            got = backend.store.run(vis.tenant, lambda db, a=args: [r[0] for r in db.execute(hnsw_sql, a, binary=True)])
+            lat["pgvector_hnsw"].append(time.perf_counter() - t)
+            agree["pgvector_hnsw"].append(len(top & set(got[:10])) / max(1, len(top)))
+    if hnsw:  # gone again, so it does not slow the concurrent writers measured next
+        with psycopg.connect(backend.url, autocommit=True) as pg:
+            pg.execute("DROP INDEX engram.engram_vectors_hnsw")
+    for name, values in lat.items():
+        if values:
+            stats = latency_stats(values)
+            out[f"{name}_p50_ms"], out[f"{name}_p99_ms"] = stats["p50_ms"], stats["p99_ms"]
+    for name, values in agree.items():
+        if values:
+            out[f"{name}_top10_overlap"] = round(sum(values) / len(values), 3)
+    return out
 
 
 def git_state() -> dict[str, Any]:
@@ -265,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writes", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--embedder", choices=["default", "fake"], default="default")
+    ap.add_argument("--hnsw", action="store_true", help="also measure a pgvector HNSW index (built after recall)")
     ap.add_argument("--pg-url", default=None, help="an admin URL of a running server (default: pgserver)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "backends.json")
     args = ap.parse_args(argv)

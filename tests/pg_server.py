@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,7 +31,10 @@ def admin_url() -> str:
         if _admin_url is None:
             url = os.environ.get("ENGRAMDB_TEST_PG_URL")
             if not url:
-                import pgserver  # the "test-postgres" extra
+                with warnings.catch_warnings():
+                    # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, containers).
+                    warnings.simplefilter("ignore")
+                    import pgserver  # the "test" extra
 
                 # A short path: the server's unix socket lives in it (107 bytes at most).
                 root = tempfile.mkdtemp(prefix="edbpg-", dir="/tmp")

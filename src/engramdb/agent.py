@@ -72,7 +72,7 @@ class Agent:
     _private_lock: threading.Lock
     _private_scope: MemoryScope | None
     _runtime: Runtime
-    _shared: MemoryScope
+    _shared: MemoryScope | Callable[[], MemoryScope]
 
     def __init__(
         self,
@@ -82,7 +82,7 @@ class Agent:
         tenant: str = "default",
         cap: Confidentiality = Confidentiality.RESTRICTED,
         floor: Confidentiality = Confidentiality.PUBLIC,
-        shared: MemoryScope,
+        shared: MemoryScope | Callable[[], MemoryScope],
         private: Callable[[], MemoryScope],
     ) -> None:
         # The handle is fixed once made (no attribute can be set afterwards, see __setattr__), so
@@ -143,8 +143,16 @@ class Agent:
 
     @property
     def shared(self) -> MemoryScope:
-        """The team-wide ``shared_*`` table scope."""
-        return self._shared
+        """The team-wide ``shared_*`` table scope (made on first use when given as a callable)."""
+        scope = self._shared
+        if isinstance(scope, MemoryScope):
+            return scope
+        with self._private_lock:
+            made = self._shared
+            if not isinstance(made, MemoryScope):
+                made = made()
+                object.__setattr__(self, "_shared", made)
+            return made
 
     @property
     def private(self) -> MemoryScope:

@@ -9,6 +9,8 @@ Example ``engramdb.toml``::
     [memory]
     db_path           = ".engramdb/memory.db"
     enable_embeddings = true
+    # or, for a team on PostgreSQL (wins over db_path; ENGRAMDB_URL in the environment):
+    # url = "postgresql://engram@db.internal/team"
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class TeamMemoryConfig:
 
     Attributes:
         db_path: the SQLite file every agent of the team shares.
+        url: a ``postgresql://`` (or ``postgres://``) URL of the PostgreSQL database the team shares
+            instead (needs the ``postgres`` extra); when given it wins over `db_path`.
         enable_embeddings: rank retrieved rows semantically too (needs the ``memory`` extra).
         busy_timeout: seconds a writer waits for another writer.
         statement_timeout: seconds one scope statement may run.
@@ -37,6 +41,7 @@ class TeamMemoryConfig:
     """
 
     db_path: Path = field(default_factory=lambda: Path(".engramdb/memory.db"))
+    url: str | None = None
     enable_embeddings: bool = False
     busy_timeout: float = 30.0
     statement_timeout: float = 5.0
@@ -50,6 +55,7 @@ _ENV_PREFIX = "ENGRAMDB_"
 def _coerce(key: str, value: Any, source: str) -> Any:
     kind = {
         "db_path": Path,
+        "url": "url",
         "enable_embeddings": bool,
         "busy_timeout": float,
         "statement_timeout": float,
@@ -69,6 +75,10 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if number <= 0:
             raise ConfigError(f"{source}: {key} must be positive, got {value!r}")
         return number
+    if kind == "url":
+        if not isinstance(value, str) or value.split("://", 1)[0].lower() not in ("postgresql", "postgres"):
+            raise ConfigError(f"{source}: {key} must be a postgresql:// URL, got {value!r}")
+        return value
     if kind is Path:
         if not isinstance(value, (str, os.PathLike)) or not str(value):
             raise ConfigError(f"{source}: {key} must be a file path, got {value!r}")

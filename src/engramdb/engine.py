@@ -1,6 +1,6 @@
 """`DynamicMemoryEngine`: opens a store and hands out table scopes and agent handles.
 
-The engine is a facade: it opens a storage backend (a SQLite file from a path, or any
+The engine is a facade: it opens a storage backend (a SQLite file from a path, PostgreSQL from a URL, or any
 `engramdb.storage.ports.Backend` given), brings its schema up to date, and wires the services
 (`engramdb.memories.runtime.Runtime`) that agent handles call.
 """
@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engramdb.agent import Agent
 from engramdb.config import TeamMemoryConfig, load_config
+from engramdb.errors import MissingExtra
 from engramdb.memories.forgetting import ForgettingPolicy
 from engramdb.memories.model import Confidentiality, Limits
 from engramdb.memories.resolvers import ReferenceResolvers
@@ -49,7 +50,9 @@ class DynamicMemoryEngine:
 
     Args:
         path: the database file (parent directories are created); ``":memory:"`` uses a private
-            temporary file removed on `close`. Or a storage backend object
+            temporary file removed on `close`. Or a ``postgresql://`` (``postgres://``) URL: the
+            store is that PostgreSQL database (the ``postgres`` extra; docs/postgres.md), and
+            `busy_timeout` is its lock timeout. Or a storage backend object
             (`engramdb.storage.ports.Backend`, e.g. ``SqliteBackend(path, settings)``), whose own
             settings then apply instead of the SQLite arguments below.
         enable_embeddings: let retrievers rank rows semantically too (needs the ``memory`` extra).
@@ -114,7 +117,14 @@ class DynamicMemoryEngine:
         if not isinstance(vector_file, bool):
             raise ValueError(f"vector_file must be True or False, got {vector_file!r}")
         backend: Backend
-        if isinstance(path, (str, os.PathLike)):
+        if _is_url(path):
+            backend = _postgres(
+                str(path),
+                lock_timeout=busy_timeout,
+                statement_timeout=statement_timeout,
+                max_value_bytes=max_value_bytes,
+            )
+        elif isinstance(path, (str, os.PathLike)):
             settings = SqliteSettings(
                 busy_timeout=busy_timeout,
                 statement_timeout=statement_timeout,
@@ -152,7 +162,7 @@ class DynamicMemoryEngine:
         )
         self._scopes: dict[tuple[str, str], MemoryScope] = {}
         self._scopes_lock = threading.Lock()
-        self._shared = self.get_shared_scope()
+        # Scopes are made when first asked for (a backend may make roles or connections for one).
 
     # -- what the engine is made of ------------------------------------------------------------
 
@@ -241,7 +251,7 @@ class DynamicMemoryEngine:
             tenant=tenant,
             cap=cap,
             floor=floor,
-            shared=self.get_shared_scope(check_tenant(tenant)),
+            shared=lambda: self.get_shared_scope(check_tenant(tenant)),
             private=lambda: self.get_private_scope(agent_id, tenant=tenant),
         )
 
@@ -288,11 +298,25 @@ class DynamicMemoryEngine:
         return f"DynamicMemoryEngine({self._backend.location!r})"
 
 
+def _is_url(path: object) -> bool:
+    return isinstance(path, str) and path.split("://", 1)[0].lower() in ("postgresql", "postgres")
+
+
+def _postgres(url: str, **settings: Any) -> Backend:
+    try:
+        from engramdb.storage.postgres import PostgresBackend, PostgresSettings
+    except ImportError as exc:
+        if getattr(exc, "name", "") and str(exc.name).startswith("engramdb"):
+            raise
+        raise MissingExtra("a PostgreSQL store", "postgres") from None
+    return PostgresBackend(url, PostgresSettings(**settings))
+
+
 def open_team_memory_engine(config: TeamMemoryConfig | None = None) -> DynamicMemoryEngine:
     """Open the one engine a team shares, as `config` describes (default: `load_config()`)."""
     config = config or load_config()
     return DynamicMemoryEngine(
-        config.db_path,
+        config.url or config.db_path,
         enable_embeddings=config.enable_embeddings,
         busy_timeout=config.busy_timeout,
         statement_timeout=config.statement_timeout,

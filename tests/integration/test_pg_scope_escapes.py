@@ -39,6 +39,7 @@ from engramdb import (
     ScopeViolation,
     SqlError,
     TransactionError,
+    ValidationError,
 )
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.postgres import roles
@@ -790,7 +791,7 @@ def test_stream_stops_at_the_row_cap(world: World) -> None:
         for rows in shared.stream("SELECT generate_series(1, 1000000)", batch=1000):
             got += len(rows)
     assert got == LIMITS["max_result_rows"]
-    with pytest.raises(SqlError):
+    with pytest.raises(ValidationError, match="batch must be"):
         shared.stream("SELECT 1", batch=0)
     assert shared.query("SELECT 1") == [(1,)]
 

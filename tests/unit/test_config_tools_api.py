@@ -211,3 +211,19 @@ def test_memory_tools_never_raise(tmp_path: Path) -> None:
     assert memory_schema("CREATE TABLE private_scribe_notes (a)", me).startswith("OK")
     assert [t.name for t in tool_specs()][-2:] == ["remember", "recall"]
     eng.close()
+
+
+def test_every_config_key_is_documented() -> None:
+    import dataclasses
+
+    doc = TeamMemoryConfig.__doc__ or ""
+    assert all(f"{f.name}:" in doc for f in dataclasses.fields(TeamMemoryConfig))
+
+
+def test_url_wins_over_db_path(tmp_path: Path) -> None:
+    toml = tmp_path / "team.toml"
+    toml.write_text('[memory]\ndb_path = "m.db"\nurl = "postgresql://engram@db/team"\n')
+    assert load_config(toml, env={}).url == "postgresql://engram@db/team"
+    assert load_config(env={"ENGRAMDB_URL": "postgres://x@y/z"}).url == "postgres://x@y/z"
+    with pytest.raises(ConfigError, match="url must be a postgresql:// URL"):
+        load_config(env={"ENGRAMDB_URL": "mysql://x"})

@@ -55,6 +55,7 @@ LAYERS: dict[str, int] = {
     "engramdb.vectors": PORTS,
     "engramdb.vectors.base": PORTS,
     # adapters: storage backends, embedders, vector indexes
+    "engramdb.storage.memory_rows": ADAPTERS,  # the row format both SQL adapters share
     "engramdb.embeddings.hashing": ADAPTERS,
     "engramdb.embeddings.static": ADAPTERS,
     "engramdb.embeddings.wordpiece": ADAPTERS,

@@ -48,6 +48,7 @@ from engramdb.errors import (
     ScopeViolation,
     SqlError,
     TransactionError,
+    ValidationError,
 )
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.scopes.namespace import Namespace
@@ -205,7 +206,7 @@ class PostgresScope(MemoryScope):
         The read holds a connection (and, outside a transaction, a read-only snapshot) until the
         generator is exhausted or closed."""
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            raise SqlError(f"stream() needs batch ≥ 1 rows, got {batch!r}")
+            raise ValidationError(f"batch must be a whole number of rows, 1 or more, got {batch!r}")
         stmt = self._admit(sql)
         if stmt.kind is not Kind.READ:
             raise ScopeViolation("stream() runs SELECT statements only")

@@ -11,11 +11,10 @@ from engramdb.memories.model import (
     Confidentiality,
     Memory,
     MemoryRef,
-    MemoryType,
     TodoStatus,
     Visibility,
 )
-from engramdb.memories.text import unpack_times
+from engramdb.storage.memory_rows import MEMORY_COLUMNS, row_to_memory
 from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
@@ -30,65 +29,14 @@ from engramdb.storage.ports import (
 from engramdb.storage.sqlite.connection import SqliteStore, translated
 from engramdb.storage.sqlite.visibility import predicate
 
-MEMORY_COLUMNS = (
-    "n, id, tenant, owner, author, type, title, content, tags, entities, n_chars, n_tokens, n_sentences, "
-    "importance, salience, confidence, strength, confidentiality, created_at, recorded_at, valid_from, "
-    "valid_to, archived, status, refs, version, ring, access_count, old_count, old_newest, old_oldest, last_access"
-)
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 #: statements of at most this many bound values per IN (…) list
 _CHUNK = 500
 _TRIGGER = "trigger"  # the ref kind of intent triggers (engramdb.memories.prospective)
 
 
-def _labels(text: str) -> tuple[str, ...]:
-    return tuple(json.loads(text)) if text else ()
-
-
 def _refs_json(refs: Iterable[MemoryRef]) -> str:
     return json.dumps([r.to_json() for r in refs])
-
-
-def row_to_memory(row: Sequence[Any]) -> Memory:
-    """A `Memory` from a row selected with `MEMORY_COLUMNS`."""
-    (
-        _n, mid, tenant, owner, author, mtype, title, content, tags, entities, n_chars, n_tokens, n_sent,
-        imp, sal, conf, strength, level, created, recorded, vfrom, vto, archived, status, refs, version,
-        ring, count, old_count, old_newest, old_oldest, last,
-    ) = row  # fmt: skip
-    return Memory(
-        id=mid,
-        tenant=tenant,
-        owner=owner,
-        author=author,
-        type=MemoryType(mtype),
-        title=title,
-        content=content,
-        tags=_labels(tags),
-        entities=_labels(entities),
-        n_chars=n_chars,
-        n_tokens=n_tokens,
-        n_sentences=n_sent,
-        importance=imp,
-        salience=sal,
-        confidence=conf,
-        strength=strength,
-        confidentiality=Confidentiality(level),
-        created_at=created,
-        recorded_at=recorded,
-        valid_from=vfrom,
-        valid_to=vto,
-        archived=bool(archived),
-        status=TodoStatus(status) if status else None,
-        refs=tuple(MemoryRef.from_json(r) for r in json.loads(refs)),
-        version=version,
-        last_access=last,
-        access_count=count,
-        recent_accesses=unpack_times(ring),
-        older_count=old_count,
-        older_newest=old_newest,
-        older_oldest=old_oldest,
-    )
 
 
 def _stored(row: Sequence[Any] | None) -> Stored | None:

@@ -1,0 +1,416 @@
+"""PostgreSQL connections: a pool, per-thread units of work, the tenant of each call, translated errors.
+
+Every port call takes a connection from a `psycopg_pool.ConnectionPool` for the length of the call
+(``with pool.connection()``: it always goes back), unless the calling thread has a unit of work
+open (`PgStore.atomic` or `PgStore.snapshot`), which holds one connection until it ends; every
+port call on that thread inside joins it, and a nested `atomic` is a savepoint.
+
+**The tenant of a call.** Row-level security on every tenant table (FORCE, so the tables' owner
+is bound by it too) admits a row only when ``current_setting('engramdb.tenant')`` is its tenant,
+or is ``'*'``. The rule the adapter keeps:
+
+1. a port call that names a tenant (a `Visibility`, or a ``tenant`` argument) runs with
+   ``engramdb.tenant`` set to that tenant, so even a wrong predicate cannot return another
+   tenant's rows; the calling thread remembers it as its current tenant;
+2. a call that names only keys (engine-internal: the keys were seen through a visibility just
+   before) runs under the thread's current tenant, so it cannot read or write another tenant's
+   rows either (a thread that named no tenant yet runs it under ``'*'``);
+3. cache loads that read every tenant at once (by change sequence) run under ``'*'``.
+
+A connection with no setting sees nothing (fails closed). The engine's statements run as a role without BYPASSRLS
+(``<database>_engine``, made by the migrations), so the wall stands even when the URL's role is a
+superuser.
+
+In the default mode the role and the tenant are session settings, set again only when they
+change (a rollback forgets what was set). With ``pgbouncer=True`` (PgBouncer transaction
+pooling) nothing is left on a session: no server-side prepared statements, and role and tenant
+are set with ``set_config(…, true)`` inside each transaction, every call outside a unit of work
+running in a transaction of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Concatenate, ParamSpec, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import psycopg.errors
+import psycopg_pool
+
+from engramdb.errors import BackendError, ConstraintError, EngramError, SqlError
+
+#: every engine table lives in this schema (USAGE revoked from PUBLIC)
+SCHEMA = "engram"
+#: the tenant setting row-level security reads
+TENANT_SETTING = "engramdb.tenant"
+#: the tenant value of engine-internal calls that read every tenant (cache loads)
+ALL_TENANTS = "*"
+#: calls by key alone: they run under the tenant the calling thread last named (all, if none yet)
+KEYS = "<keys>"
+#: calls on store-wide tables only (no row-level security): the setting is left as it is
+STORE = "<store>"
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresSettings:
+    """How the engine talks to PostgreSQL. Times in seconds, sizes in bytes.
+
+    Example::
+
+        PostgresBackend("postgresql://engram@db/team", PostgresSettings(pool_max_size=20, pgbouncer=True))
+    """
+
+    #: how long a statement waits for a row lock held by another writer before `BackendError`
+    lock_timeout: float = 30.0
+    #: wall-clock budget of one raw-SQL scope statement
+    statement_timeout: float = 5.0
+    #: the largest value a scope statement may build
+    max_value_bytes: int = 16 * 1024 * 1024
+    #: the most rows / bytes one scope read may return
+    max_result_rows: int = 100_000
+    max_result_bytes: int = 64 * 1024 * 1024
+    #: seconds to wait for a new connection (and for the server at open)
+    connect_timeout: float = 10.0
+    #: connections kept open, and the most the pool opens
+    pool_min_size: int = 1
+    pool_max_size: int = 10
+    #: seconds a call waits for a free pooled connection before `BackendError`
+    pool_timeout: float = 30.0
+    #: psycopg's ``prepare_threshold``: executions of a query before it is prepared server-side
+    #: (None: never; forced to None with `pgbouncer`)
+    prepare_threshold: int | None = 5
+    #: PgBouncer transaction pooling: no prepared statements, no session state across transactions
+    pgbouncer: bool = False
+    #: retries of a single call (outside a unit of work) that hit a serialization failure or deadlock
+    retries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.pool_min_size < 0 or self.pool_max_size < max(1, self.pool_min_size):
+            raise ValueError("pool sizes must satisfy 0 <= pool_min_size <= pool_max_size, pool_max_size >= 1")
+        for name in ("lock_timeout", "statement_timeout", "connect_timeout", "pool_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds")
+
+    @property
+    def effective_prepare_threshold(self) -> int | None:
+        """The threshold handed to psycopg (None in PgBouncer mode)."""
+        return None if self.pgbouncer else self.prepare_threshold
+
+
+def redact(url: str) -> str:
+    """`url` without its password (for messages and `Backend.location`)."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{parts.username}:***@{host}" if parts.username else f"***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def is_postgres_url(value: object) -> bool:
+    """True for a ``postgresql://`` or ``postgres://`` URL."""
+    return isinstance(value, str) and value.split("://", 1)[0].lower() in ("postgresql", "postgres")
+
+
+# -- error translation ---------------------------------------------------------------------------
+
+_RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+
+
+def convert(exc: BaseException) -> EngramError:
+    """Translate a psycopg (or pool) exception into an `engramdb.errors` one."""
+    if isinstance(exc, EngramError):
+        return exc
+    message = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return BackendError(
+            f"no PostgreSQL connection in time ({message}): the server is unreachable or every pooled "
+            "connection is busy; check the server, or raise pool_max_size or pool_timeout"
+        )
+    if isinstance(exc, psycopg.errors.IntegrityError):
+        return ConstraintError(message)
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return BackendError(f"the PostgreSQL server's disk is full: {message}")
+    if isinstance(exc, _RETRYABLE):
+        return BackendError(f"a concurrent write conflicted and the transaction was rolled back ({message}); retry it")
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return BackendError(f"a row lock was held past lock_timeout: {message}")
+    if isinstance(exc, psycopg.OperationalError):
+        return BackendError(f"the PostgreSQL connection failed: {message}; check that the server is up and retry")
+    if isinstance(exc, (psycopg.errors.DataError, psycopg.ProgrammingError)) and not isinstance(
+        exc, psycopg.errors.InsufficientPrivilege
+    ):
+        return SqlError(message)
+    return BackendError(f"PostgreSQL failed: {message}")
+
+
+@contextlib.contextmanager
+def translate() -> Iterator[None]:
+    """Re-raise driver exceptions as engramdb errors."""
+    try:
+        yield
+    except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        raise convert(exc) from None
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        #: the connection of this thread's open unit of work, if any
+        self.conn: psycopg.Connection[Any] | None = None
+        #: the tenant set inside that unit of work (PgBouncer mode: transaction-local settings)
+        self.tenant: str | None = None
+        #: the tenant this thread last named (key-only calls run under it)
+        self.current: str | None = None
+
+
+class PgStore:
+    """The engine's PostgreSQL database: a connection pool and this thread's unit of work."""
+
+    def __init__(self, url: str, settings: PostgresSettings) -> None:
+        self.url = url
+        self.settings = settings
+        self.location = redact(url)
+        #: the role the engine's statements run as (set by the migrations, or found at first use)
+        self.role: str | None = None
+        self.local = _Local()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
+        # What each pooled connection has as session settings (default mode only).
+        self._session: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
+
+    # -- connections ------------------------------------------------------------------------
+
+    def connect(self, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+        """A connection of its own, outside the pool (migrations, locks, tests)."""
+        with translate():
+            return psycopg.connect(
+                self.url,
+                autocommit=autocommit,
+                connect_timeout=max(1, int(self.settings.connect_timeout)),
+                prepare_threshold=self.settings.effective_prepare_threshold,
+            )
+
+    def pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
+        """The pool, opened on first use (after the migrations have made the engine role)."""
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._lock:
+            if self._closed:
+                raise BackendError("the engine is closed")
+            if self._pool is None:
+                s = self.settings
+                self._pool = psycopg_pool.ConnectionPool(
+                    self.url,
+                    min_size=s.pool_min_size,
+                    max_size=s.pool_max_size,
+                    timeout=s.pool_timeout,
+                    kwargs={
+                        "autocommit": True,
+                        "prepare_threshold": s.effective_prepare_threshold,
+                        "connect_timeout": max(1, int(s.connect_timeout)),
+                    },
+                    configure=self._configure,
+                    open=False,
+                    name="engramdb",
+                )
+                try:
+                    self._pool.open(wait=s.pool_min_size > 0, timeout=s.connect_timeout)
+                except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                    self._pool.close()
+                    self._pool = None
+                    raise BackendError(f"cannot connect to {self.location}: {exc}") from None
+            return self._pool
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        from pgvector.psycopg import register_vector
+
+        # The vector type's OID, for binary vectors both ways (a stateless catalog read).
+        with contextlib.suppress(psycopg.ProgrammingError):
+            register_vector(conn)
+        role = self.role or self.find_role(conn)
+        if not self.settings.pgbouncer and role is not None:
+            conn.execute(
+                "SELECT set_config('role', %s, false), set_config('lock_timeout', %s, false)",
+                (role, f"{int(self.settings.lock_timeout * 1000)}ms"),
+            )
+
+    def find_role(self, conn: psycopg.Connection[Any]) -> str | None:
+        """The engine role recorded by the migrations, if they have run."""
+        row = conn.execute(
+            "SELECT value FROM engram.engram_meta WHERE key = 'engine_role'"
+            if self._meta_exists(conn)
+            else "SELECT NULL WHERE false"
+        ).fetchone()
+        self.role = None if row is None else str(row[0])
+        return self.role
+
+    @staticmethod
+    def _meta_exists(conn: psycopg.Connection[Any]) -> bool:
+        row = conn.execute("SELECT to_regclass('engram.engram_meta') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+
+    def _set(self, conn: psycopg.Connection[Any], tenant: str, *, local: bool) -> None:
+        if local:
+            conn.execute(
+                "SELECT set_config('role', %s, true), set_config('engramdb.tenant', %s, true), "
+                "set_config('lock_timeout', %s, true)",
+                (self.role or "none", tenant, f"{int(self.settings.lock_timeout * 1000)}ms"),
+            )
+        else:
+            conn.execute("SELECT set_config('engramdb.tenant', %s, false)", (tenant,))
+
+    @contextlib.contextmanager
+    def conn(self, tenant: str) -> Iterator[psycopg.Connection[Any]]:
+        """This thread's connection for one port call, with ``engramdb.tenant`` = `tenant`."""
+        st = self.local
+        if tenant == KEYS:
+            tenant = st.current or ALL_TENANTS
+        elif tenant != ALL_TENANTS and tenant != STORE:
+            st.current = tenant
+        held = st.conn
+        if tenant == STORE:
+            if held is not None:
+                yield held
+            else:
+                with self.pool().connection() as conn:
+                    yield conn
+            return
+        if held is not None:
+            if self.settings.pgbouncer:
+                if st.tenant != tenant:
+                    self._set(held, tenant, local=True)
+                    st.tenant = tenant
+            elif self._session.get(held) != tenant:
+                self._set(held, tenant, local=False)
+                self._session[held] = tenant
+            yield held
+            return
+        with self.pool().connection() as conn:
+            if self.settings.pgbouncer:
+                with conn.transaction():
+                    self._set(conn, tenant, local=True)
+                    yield conn
+                return
+            if self._session.get(conn) != tenant:
+                self._set(conn, tenant, local=False)
+                self._session[conn] = tenant
+            yield conn
+
+    def run(self, tenant: str, call: Callable[[psycopg.Connection[Any]], _R]) -> _R:
+        """Run `call` on this thread's connection under `tenant`; driver errors translated, and a
+        serialization failure or deadlock of a call outside a unit of work retried."""
+        attempt = 0
+        while True:
+            try:
+                with self.conn(tenant) as c:
+                    return call(c)
+            except _RETRYABLE as exc:
+                if self.local.conn is not None or attempt >= self.settings.retries:
+                    raise convert(exc) from None
+                attempt += 1
+                time.sleep(0.005 * 2**attempt)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                if self.local.conn is not None and not self.settings.pgbouncer:
+                    self._session.pop(self.local.conn, None)
+                raise convert(exc) from None
+
+    # -- units of work ----------------------------------------------------------------------
+
+    def in_transaction(self) -> bool:
+        return self.local.conn is not None
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """All or nothing for this thread: a savepoint inside an open unit of work, else a transaction."""
+        st = self.local
+        held = st.conn
+        try:
+            if held is not None:
+                try:
+                    with held.transaction():
+                        yield
+                except BaseException:
+                    self._forget(held)  # a rollback undid what the savepoint set
+                    raise
+                return
+            with self.pool().connection() as conn:
+                st.conn, st.tenant = conn, None
+                try:
+                    with conn.transaction():
+                        yield
+                except BaseException:
+                    self._forget(conn)
+                    raise
+                finally:
+                    st.conn = st.tenant = None
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise convert(exc) from None
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see one state of the database (REPEATABLE READ, READ ONLY)."""
+        st = self.local
+        if st.conn is not None:
+            yield
+            return
+        try:
+            with self.pool().connection() as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                st.conn, st.tenant = conn, None
+                try:
+                    yield
+                except BaseException:
+                    self._forget(conn)
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+                finally:
+                    st.conn = st.tenant = None
+                conn.execute("COMMIT")
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise convert(exc) from None
+
+    def _forget(self, conn: psycopg.Connection[Any]) -> None:
+        self._session.pop(conn, None)
+        self.local.tenant = None
+
+    def close(self) -> None:
+        """Close the pool; further use raises `BackendError`."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        self.local = _Local()
+
+
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def translated(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
+    """Decorate an adapter method: driver exceptions leave it as engramdb errors."""
+
+    @functools.wraps(method)
+    def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise convert(exc) from None
+
+    return wrapper

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engramdb import DynamicMemoryEngine, MemoryRetriever, ScopeViolation, SqlError
@@ -179,3 +181,20 @@ def test_like_wildcards_in_keywords_are_literal_and_non_ascii_case_folds(engine:
     r = MemoryRetriever(scope=engine.get_shared_scope(), table="shared_notes", include_unmatched=False)
     assert [x.content for x in r.rank("user_id")] == ["the user_id column"]
     assert {x.content for x in r.rank("über")} == {"Über alles", "ÜBER CAPS"}
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["a" * 60_000, "hello " + "b" * 100_000, " ".join(f"w{i}" for i in range(5_000)), "%_\\" * 1_000, "x" * 60_000],
+)
+def test_retrieval_never_fails_on_the_shape_of_a_query(query: str, tmp_path: Path) -> None:
+    """SQLite refuses LIKE patterns past 50,000 bytes ("LIKE or GLOB pattern too complex"): a query
+    made of one huge word, or of thousands of words, still ranks."""
+    eng = DynamicMemoryEngine(tmp_path / "q.db")
+    shared = eng.get_shared_scope()
+    shared.execute("CREATE TABLE shared_notes (id INTEGER PRIMARY KEY, content TEXT)")
+    shared.executemany("INSERT INTO shared_notes (content) VALUES (?)", [("x" * 60_000,), ("hello world",)])
+    r = MemoryRetriever(scope=shared, token_budget=200, table="shared_notes", content_column="content")
+    text = r.retrieve(query)
+    assert text.startswith("--- UNTRUSTED EVIDENCE START") and "hello world" in text
+    eng.close()

@@ -135,7 +135,9 @@ class MemoryRetriever:
         reach the top `limit` — each row's whole-word hits never exceed its bound.
         """
         need = limit if limit is not None else max(32, self.token_budget // 8)
-        kws = keywords(query)
+        # Retrieval never fails on the query's shape: a word longer than any real one (SQLite
+        # refuses LIKE patterns past 50,000 bytes) or a flood of words is cut to what can rank.
+        kws = [k for k in keywords(query) if len(k) <= MAX_KEYWORD_CHARS][:MAX_KEYWORDS]
         content = _quote(self.content_column)
         recency = _quote(self.recency_column) if self.recency_column else self.key
         table = _quote(self.table)
@@ -230,6 +232,12 @@ class MemoryRetriever:
 
 def _ascii_lower(text: str) -> str:
     return text.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
+
+
+#: keywords longer than this are not searched for (no real word is; a LIKE pattern has a size limit)
+MAX_KEYWORD_CHARS = 256
+#: at most this many distinct keywords of one query rank the rows (in the query's order)
+MAX_KEYWORDS = 64
 
 
 def _order(r: RetrievedRow) -> tuple[int, float, tuple[int, float, _Desc], int]:

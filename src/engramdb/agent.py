@@ -13,7 +13,7 @@ import datetime as dt
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from engramdb.aio import in_thread
 from engramdb.errors import NotFound, ValidationError
@@ -453,7 +453,7 @@ class Agent:
         return transfer.import_jsonl(self, source, progress=progress)
 
     def import_records(
-        self, records: Iterable[Mapping[str, Any]], *, progress: Progress | None = None
+        self, records: Iterable[Mapping[str, object]], *, progress: Progress | None = None
     ) -> transfer.ImportReport:
         """Import export records — the lines of `export_jsonl` as dicts, or what `export` returns
         — as this agent; see `import_jsonl`."""

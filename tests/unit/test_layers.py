@@ -282,3 +282,24 @@ def test_the_reader_sees_late_and_type_checking_imports(tmp_path: Path) -> None:
     assert layer("engramdb.storage.sqlite.rows") == ADAPTERS
     with pytest.raises(KeyError):
         layer("engramdb.memories.not_placed_yet")
+
+
+def test_the_agent_facade_is_typed_without_any() -> None:
+    """`Agent` is the handle given to LLM tools and frameworks: every public method is annotated,
+    and no parameter or return type is `Any`."""
+    import inspect
+
+    from engramdb.agent import Agent
+
+    loose = []
+    for name, fn in inspect.getmembers(Agent, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        for param, note in fn.__annotations__.items():
+            if "Any" in str(note).replace("Anything", ""):
+                loose.append(f"{name}({param}: {note})")
+        params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+        missing = [p.name for p in params if p.name not in fn.__annotations__]
+        if missing or "return" not in fn.__annotations__:
+            loose.append(f"{name}: unannotated {missing or 'return'}")
+    assert not loose, loose

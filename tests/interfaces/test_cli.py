@@ -119,8 +119,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert runner.invoke(cli, ["recall", "x"], env={"ENGRAMDB_URL": ""}).exit_code == Exit.USAGE
     assert runner.invoke(cli, ["--db", str(tmp_path / "x.db"), "recall"]).exit_code == Exit.USAGE
     assert runner.invoke(cli, ["--db", str(tmp_path / "x.db"), "nope"]).exit_code == Exit.USAGE
-    bad = runner.invoke(cli, ["--db", "postgresql://h/db", "init"])
-    assert bad.exit_code == Exit.REFUSED and "not postgresql:// URLs" in bad.stderr
+    bad = runner.invoke(cli, ["--db", "mysql://h/db", "init"])
+    assert bad.exit_code == Exit.REFUSED and "not mysql:// URLs" in bad.stderr
 
 
 def test_python_dash_m_and_the_console_script_agree(tmp_path: Path) -> None:

@@ -54,15 +54,20 @@ def make_embedder(name: str) -> Embedder | str | None:
     return fake_embedder()
 
 
-def parse_location(db: str) -> Path:
-    """The SQLite file a ``--db`` / ``ENGRAMDB_URL`` value names: a path or ``sqlite:///path``."""
+def parse_location(db: str) -> Path | str:
+    """The store a ``--db`` / ``ENGRAMDB_URL`` value names: a SQLite path or ``sqlite:///path``, or a
+    ``postgresql://`` URL (passed to the engine as it is)."""
     if db.startswith("sqlite:///"):
         return Path(db.removeprefix("sqlite:///"))
     if db.startswith("sqlite://"):
         raise ValidationError("write SQLite URLs as sqlite:///relative/path or sqlite:////absolute/path")
     if "://" in db:
         scheme = db.split("://", 1)[0]
-        raise ValidationError(f"this engramdb opens SQLite files (a path or sqlite:///path), not {scheme}:// URLs")
+        if scheme.lower() in ("postgresql", "postgres"):
+            return db
+        raise ValidationError(
+            f"engramdb opens SQLite files (a path or sqlite:///path) and postgresql:// URLs, not {scheme}:// URLs"
+        )
     return Path(db).expanduser()
 
 

@@ -42,6 +42,11 @@ class TeamMemoryConfig:
     statement_timeout: float = 5.0
     synchronous: str = "NORMAL"
 
+    def __post_init__(self) -> None:
+        # Built directly (not by load_config), the values get the same checks and coercions.
+        for name in _FIELDS:
+            object.__setattr__(self, name, _coerce(name, getattr(self, name), "TeamMemoryConfig"))
+
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TeamMemoryConfig)}
 _ENV_PREFIX = "ENGRAMDB_"
@@ -97,12 +102,22 @@ def load_config(
     A relative ``db_path`` in a TOML file is relative to that file's directory.
     """
     values: dict[str, Any] = {}
+    if env is not None and not isinstance(env, Mapping):
+        raise ConfigError(f"env must be a mapping of variable names to strings, or None, got {type(env).__name__}")
     if toml_path is not None:
+        if not isinstance(toml_path, (str, os.PathLike)) or not str(toml_path):
+            raise ConfigError(f"toml_path must be the path of a TOML file, or None, got {toml_path!r}")
         path = Path(toml_path)
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not valid TOML (not UTF-8 text)") from None
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the config file {path} ({exc.strerror}); pass a readable TOML file"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
         section = data.get("memory", {})

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from engramdb.agent import Agent
 from engramdb.config import TeamMemoryConfig, load_config
+from engramdb.engine_options import check_engine_options
+from engramdb.errors import ConfigError
 from engramdb.memories.forgetting import ForgettingPolicy
 from engramdb.memories.model import Confidentiality, Limits
 from engramdb.memories.resolvers import ReferenceResolvers
@@ -102,12 +104,7 @@ class DynamicMemoryEngine:
         vector_file: bool = True,
         limits: Limits | None = None,
     ) -> None:
-        if isinstance(memory_embedder, str) and memory_embedder != "default":
-            raise ValueError('memory_embedder must be "default", an Embedder, or None')
-        if not callable(vector_index) and vector_index not in ("auto", "exact", "ann"):
-            raise ValueError('vector_index must be "auto", "exact", "ann" or a callable making an index')
-        if not isinstance(vector_file, bool):
-            raise ValueError(f"vector_file must be True or False, got {vector_file!r}")
+        check_engine_options(path, locals())
         backend: Backend
         if isinstance(path, (str, os.PathLike)):
             settings = SqliteSettings(
@@ -283,7 +280,10 @@ class DynamicMemoryEngine:
 
 def open_team_memory_engine(config: TeamMemoryConfig | None = None) -> DynamicMemoryEngine:
     """Open the one engine a team shares, as `config` describes (default: `load_config()`)."""
-    config = config or load_config()
+    if config is None:
+        config = load_config()
+    elif not isinstance(config, TeamMemoryConfig):
+        raise ConfigError(f"config must be a TeamMemoryConfig (see load_config()) or None, got {type(config).__name__}")
     return DynamicMemoryEngine(
         config.db_path,
         enable_embeddings=config.enable_embeddings,

@@ -82,7 +82,7 @@ def check_types(types: Iterable[MemoryType | str] | None) -> frozenset[MemoryTyp
         return None
     if isinstance(types, str):
         types = [types]
-    return frozenset(mm.check_type(t) for t in types)
+    return frozenset(mm.check_type(t) for t in mm.check_many("types", types, "a memory type or a list of them"))
 
 
 def get(rt: Runtime, who: Principal, memory_id: str, *, touch: bool = True) -> Memory:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from engramdb.errors import ConfigError, ValidationError
-from engramdb.memories.model import Confidentiality, Memory
+from engramdb.memories.model import Confidentiality, Memory, check_many
 from engramdb.memories.text import pack_times, unpack_times
 
 #: The steps in the order a run takes them.
@@ -242,6 +242,7 @@ def _check_steps(steps: Sequence[str] | None) -> frozenset[str]:
         return frozenset(STEPS)
     if isinstance(steps, str):
         steps = (steps,)
+    steps = tuple(check_many("steps", steps, "a step name or a list of them"))
     unknown = [s for s in steps if s not in STEPS]
     if unknown:
         raise ValidationError(

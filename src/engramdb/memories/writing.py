@@ -110,7 +110,7 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float, limits: mm.Lim
     shared = item.get("shared", False)
     if not isinstance(shared, bool):
         raise ValidationError(f"shared must be True or False, got {shared!r}")
-    refs = tuple(item.get("refs") or ())
+    refs = tuple(mm.check_many("refs", item.get("refs") or (), "a list of MemoryRef values"))
     if any(not isinstance(r, MemoryRef) for r in refs):
         raise ValidationError("refs must be MemoryRef values")
     if any(r.kind == TRIGGER_KIND for r in refs):

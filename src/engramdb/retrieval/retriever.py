@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engramdb.errors import ScopeViolation, SqlError
+from engramdb.errors import ScopeViolation, SqlError, ValidationError
 from engramdb.retrieval.budget import TokenCounter, approx_tokens
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
 from engramdb.retrieval.keywords import hits, keywords, words
@@ -38,6 +38,31 @@ def _quote(name: str) -> str:
 
 def _norm(text: str) -> str:
     return " ".join(words(text))
+
+
+def _check_arguments(
+    scope: object, table: object, token_budget: object, content_column: object, recency_column: object,
+    token_counter: object, semantic: object, include_unmatched: object, candidate_limit: object,
+) -> None:  # fmt: skip
+    """Wrong-typed `MemoryRetriever` arguments, refused before the scope is asked anything."""
+    from engramdb.storage.ports import MemoryScope
+
+    if not isinstance(scope, MemoryScope):
+        raise ValidationError(
+            f"scope must be a MemoryScope (agent.shared or agent.private), got {type(scope).__name__}"
+        )
+    for name, value in (("table", table), ("content_column", content_column), ("recency_column", recency_column)):
+        if not isinstance(value, str) and not (name == "recency_column" and value is None):
+            raise ValidationError(f"{name} must be a column or table name (a str), got {value!r}")
+    for name, value in (("token_budget", token_budget), ("candidate_limit", candidate_limit)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValidationError(f"{name} must be a whole number >= 1, got {value!r}")
+    if not callable(token_counter):
+        raise ValidationError(f"token_counter must be a callable text -> tokens, got {type(token_counter).__name__}")
+    if semantic is not None and not isinstance(semantic, bool):
+        raise ValidationError(f"semantic must be True, False or None, got {semantic!r}")
+    if not isinstance(include_unmatched, bool):
+        raise ValidationError(f"include_unmatched must be True or False, got {include_unmatched!r}")
 
 
 class MemoryRetriever:
@@ -81,6 +106,8 @@ class MemoryRetriever:
         include_unmatched: bool = True,
         candidate_limit: int = 5000,
     ) -> None:
+        _check_arguments(scope, table, token_budget, content_column, recency_column, token_counter, semantic,
+                         include_unmatched, candidate_limit)  # fmt: skip
         if not scope.namespace.owns(table):
             raise ScopeViolation(scope.namespace.rule())
         for what, name in (("content_column", content_column), ("recency_column", recency_column)):

@@ -18,17 +18,19 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import inspect
 import math
 import os
 import re
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engramdb.errors import NotFound, ValidationError
+from engramdb.errors import ConfigError, NotFound, ValidationError
 from engramdb.memories import writing
-from engramdb.memories.model import Confidentiality, Edge, EdgeType, Memory, Visibility
+from engramdb.memories.model import Confidentiality, Edge, EdgeType, Memory, Visibility, check_path
 from engramdb.retrieval.results import Explanation, Recall
 from engramdb.tenancy.contract import (
     ALL_NAMESPACES,
@@ -333,6 +335,16 @@ def tenant_file_name(tenant: str) -> str:
     return f"{slug}-{digest}.db"
 
 
+def _check_engine_option_names(options: Mapping[str, Any]) -> None:
+    """Refuse a keyword `DynamicMemoryEngine` does not take now, not when the first tenant opens."""
+    from engramdb.engine import DynamicMemoryEngine
+
+    known = set(inspect.signature(DynamicMemoryEngine).parameters) - {"path"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"unknown engine option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+
+
 class TenantFiles:
     """A database file per tenant under one directory; hands out agents like one engine does.
 
@@ -353,8 +365,14 @@ class TenantFiles:
     """
 
     def __init__(self, root: str | os.PathLike[str], **engine_options: Any) -> None:
-        self.root = Path(root).expanduser()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = Path(check_path("root", root, ConfigError)).expanduser()
+        _check_engine_option_names(engine_options)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the tenant folder {self.root} ({exc.strerror}); pass a writable directory"
+            ) from None
         self._options = dict(engine_options)
         self._engines: dict[str, DynamicMemoryEngine] = {}
         self._lock = threading.Lock()

@@ -14,6 +14,7 @@ Example ``engramdb.toml``::
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engramdb.errors import ConfigError
+from engramdb.memories.model import check_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +73,8 @@ def _coerce(key: str, value: Any, source: str) -> Any:
             number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{source}: {key} must be a number of seconds, got {value!r}") from None
-        if number <= 0:
-            raise ConfigError(f"{source}: {key} must be positive, got {value!r}")
+        if not math.isfinite(number) or number <= 0:
+            raise ConfigError(f"{source}: {key} must be a positive number of seconds, got {value!r}")
         return number
     if kind is Path:
         if not isinstance(value, (str, os.PathLike)) or not str(value):
@@ -105,9 +107,7 @@ def load_config(
     if env is not None and not isinstance(env, Mapping):
         raise ConfigError(f"env must be a mapping of variable names to strings, or None, got {type(env).__name__}")
     if toml_path is not None:
-        if not isinstance(toml_path, (str, os.PathLike)) or not str(toml_path):
-            raise ConfigError(f"toml_path must be the path of a TOML file, or None, got {toml_path!r}")
-        path = Path(toml_path)
+        path = Path(check_path("toml_path", toml_path, ConfigError))
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:

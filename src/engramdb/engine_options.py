@@ -14,14 +14,22 @@ from typing import Any
 from engramdb.embeddings.base import Embedder
 from engramdb.errors import ConfigError
 from engramdb.memories.forgetting import ForgettingPolicy
-from engramdb.memories.model import Limits
+from engramdb.memories.model import Limits, check_path
 from engramdb.memories.scoring import ScoringConfig
+
+#: SQLite takes its busy timeout in int milliseconds (2**31 - 1 ms is 24.8 days)
+MAX_SECONDS = 24 * 86400.0
 
 
 def check_seconds(name: str, value: object) -> float:
-    """`value` as a positive, finite number of seconds, else `ConfigError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    """`value` as a positive, finite number of seconds up to `MAX_SECONDS`, else `ConfigError`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_SECONDS
+    ):
+        raise ConfigError(f"{name} must be a positive number of seconds (at most 24 days), got {value!r}")
     return float(value)
 
 
@@ -36,8 +44,8 @@ def check_engine_options(path: object, options: Mapping[str, Any]) -> None:
         callable(getattr(path, method, None)) for method in ("migrate", "close", "scope")
     ):
         raise ConfigError(f"path must be a database file path or a storage Backend, got {type(path).__name__}")
-    if isinstance(path, str) and not path:
-        raise ConfigError('path is empty; give a database file path (or ":memory:")')
+    if isinstance(path, (str, os.PathLike)):
+        check_path("path", path, ConfigError)
     for flag in ("enable_embeddings", "vector_file"):
         if not isinstance(options[flag], bool):
             raise ConfigError(f"{flag} must be True or False, got {options[flag]!r}")

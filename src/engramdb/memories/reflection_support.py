@@ -74,8 +74,9 @@ class ReflectionConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if self.gist_min_episodes > self.gist_max_episodes:
             raise ConfigError("gist_min_episodes must not exceed gist_max_episodes")
-        if not 0 <= self.importance_floor <= 10:
-            raise ConfigError("importance_floor must be from 0 to 10")
+        floor = self.importance_floor
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 10:
+            raise ConfigError(f"importance_floor must be a number from 0 to 10, got {floor!r}")
 
 
 @runtime_checkable

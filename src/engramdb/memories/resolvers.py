@@ -234,7 +234,7 @@ class FileResolver:
             raise ValidationError(f"max_bytes must be an integer from 1 to 16 MiB, got {max_bytes!r}")
         try:
             codecs.lookup(encoding)
-        except (LookupError, TypeError):
+        except (LookupError, TypeError, ValueError):
             raise ValidationError(f"unknown text encoding {encoding!r}") from None
         try:
             resolved = Path(check_path("root", root)).resolve(strict=True)

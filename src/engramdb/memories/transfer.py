@@ -102,6 +102,7 @@ def export_records(agent: Acting) -> Iterator[dict[str, Any]]:
 def export_jsonl(agent: Acting, out: IO[str] | str | os.PathLike[str]) -> int:
     """Write `export_records(agent)` as JSON Lines to a text stream or a file path; lines written."""
     if isinstance(out, (str, os.PathLike)):
+        mm.check_path("out", out)
         try:
             fp = open(out, "w", encoding="utf-8")  # noqa: SIM115 - closed below; only the open is the caller's path
         except OSError as exc:
@@ -151,6 +152,7 @@ def count_lines(path: str | os.PathLike[str]) -> int:
 
 
 def _open_source(source: str | os.PathLike[str]) -> IO[str]:
+    mm.check_path("source", source)
     try:
         return open(source, encoding="utf-8")
     except OSError as exc:

@@ -161,6 +161,9 @@ class MemoryRetriever:
         matches, computed in C), and rows are read in that order only until no unread row can
         reach the top `limit` — each row's whole-word hits never exceed its bound.
         """
+        _check_query(query)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValidationError(f"limit must be a whole number >= 1 or None, got {limit!r}")
         need = limit if limit is not None else max(32, self.token_budget // 8)
         kws = keywords(query)
         content = _quote(self.content_column)
@@ -251,8 +254,14 @@ class MemoryRetriever:
 
     def retrieve(self, query: str) -> str:
         """The ranked rows for `query`, wrapped as untrusted evidence within the token budget."""
+        _check_query(query)
         items = [EvidenceItem(f"{self.table} row {r.rowid}", r.content) for r in self.rank(query)]
         return render_evidence(items, self.token_budget, self.token_counter)
+
+
+def _check_query(query: object) -> None:
+    if not isinstance(query, str):
+        raise ValidationError(f"query must be a str, got {type(query).__name__}")
 
 
 def _ascii_lower(text: str) -> str:

@@ -172,6 +172,10 @@ class NamespacedMemory:
 
         ``agent_prefix="*"`` widens it to the tenant's every namespace only when `cross_namespace`.
         """
+        if not isinstance(scope, TenantScope):
+            raise ValidationError(f"scope must be a TenantScope, got {type(scope).__name__}")
+        if query is not None and not isinstance(query, MemoryQuery):
+            raise ValidationError(f"query must be a MemoryQuery or None, got {type(query).__name__}")
         query = query or MemoryQuery("")
         cap = self.cap if query.max_confidentiality is None else min(self.cap, query.max_confidentiality)
         if query.agent_prefix not in (None, self.agent_name, ALL_NAMESPACES):
@@ -243,7 +247,9 @@ class NamespacedMemory:
         Only this namespace: `agent_prefix` may be None or this agent's name. Memories above the
         cap are neither touched nor counted; skills are never pruned.
         """
-        if agent_prefix is not None and agent_prefix.rstrip(":") != self.agent_name:
+        if agent_prefix is not None and (
+            not isinstance(agent_prefix, str) or agent_prefix.rstrip(":") != self.agent_name
+        ):
             raise ValidationError(f"a NamespacedMemory prunes only its own namespace ({self.agent_name!r})")
         if isinstance(min_strength, bool) or not isinstance(min_strength, (int, float)) or math.isnan(min_strength):
             raise ValidationError(f"min_strength must be a number, got {min_strength!r}")

@@ -433,10 +433,30 @@ def convert(exc: sqlite3.Error, conn: Conn | None) -> EngramError:
     if isinstance(exc, sqlite3.IntegrityError):
         return ConstraintError(message)
     if "locked" in low or "busy" in low or any(s in low for s in _IO):
-        return BackendError(message)
-    if isinstance(exc, (sqlite3.OperationalError, sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+        return BackendError(_explain_failure(message, low))
+    # Only a caller's own statement (a scope connection has a policy) can be the caller's
+    # mistake; the engine's own SQL failing means the file is damaged (text that is not UTF-8,
+    # a broken record), never a caller error.
+    if policy is not None and isinstance(
+        exc, (sqlite3.OperationalError, sqlite3.ProgrammingError, sqlite3.InterfaceError)
+    ):
         return SqlError(message)
-    return BackendError(message)
+    return BackendError(_explain_failure(message, low))
+
+
+def _explain_failure(message: str, low: str) -> str:
+    """The driver's message with what it means for the caller and what to do."""
+    if "database or disk is full" in low:
+        return (
+            f"the disk is full ({message}): the call was rolled back and wrote nothing; "
+            "free some space (or raise the file's size limit) and retry"
+        )
+    if "malformed" in low or "not a database" in low or "could not decode" in low or "corrupt" in low:
+        return (
+            f"the database file is damaged ({message}); restore it from a backup, "
+            "or check it with PRAGMA integrity_check"
+        )
+    return message
 
 
 @contextlib.contextmanager

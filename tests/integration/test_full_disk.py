@@ -1,9 +1,9 @@
-"""A full disk during recall, remember, forget and reflect: `BackendError` saying so, nothing half-written.
+"""A full disk during recall, remember, forget, reflect and scope SQL: `BackendError` saying so, nothing half-written.
 
 Two ways to fill it, both SQLite's own ``SQLITE_FULL`` ("database or disk is full"):
 
-* ``PRAGMA max_page_count`` on the engine's connection of this thread (test-only access to
-  ``engine.backend.store``): the file may not grow by one page. A call that needs a new page fails;
+* ``PRAGMA max_page_count`` on the engine's and the scope's connections of this thread (test-only
+  access to ``engine.backend.store``): the file may not grow by one page. A call that needs a new page fails;
   one that fits in the pages already there may succeed, so the calls that must fail carry enough
   text to need new pages.
 * a real filesystem of 2 MB (tmpfs, mounted for the test; skipped where mounting is not allowed)
@@ -34,11 +34,11 @@ _FULL = "disk is full"
 
 
 def _counts(path: Path) -> dict[str, int]:
-    """Rows per engine table, read over a connection of its own (past the engine)."""
+    """Rows per table (the engine's and the scopes'), read over a connection of its own (past the engine)."""
     db = sqlite3.connect(path)
     try:
         names = [
-            r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'engram_%'")
+            r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
         ]
         return {name: db.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0] for name in names}
     finally:
@@ -56,6 +56,7 @@ def _fill(me: Agent, clock: FixedClock) -> list[str]:
     for i in range(5):
         clock.advance(3600)
         me.recall(f"service {i} deploy")
+    me.shared.execute("CREATE TABLE shared_big (id INTEGER PRIMARY KEY, body TEXT)")
     return [m.id for m in made]
 
 
@@ -65,6 +66,7 @@ CALLS: dict[str, Callable[[Agent, list[str]], object]] = {
     "remember": lambda me, ids: me.remember("a note too big for a full disk " * 2000),
     "forget": lambda me, ids: me.forget(ids[0], reason="freeing space " * 1500),
     "reflect": lambda me, ids: me.reflect(),
+    "scope insert": lambda me, ids: me.shared.execute("INSERT INTO shared_big (body) VALUES (?)", ("row " * 15000,)),
 }
 
 
@@ -87,11 +89,16 @@ def _check_failed_cleanly(path: Path, before: dict[str, int], error: BackendErro
     assert _counts(path) == before, "a failed call left rows behind"
 
 
-def _page_cap(engine: DynamicMemoryEngine) -> sqlite3.Connection:
-    raw: sqlite3.Connection = engine.backend.store.connection("engine").raw  # type: ignore[attr-defined]
-    pages = raw.execute("PRAGMA page_count").fetchone()[0]
-    raw.execute(f"PRAGMA max_page_count = {pages}")
-    return raw
+def _cap_pages(engine: DynamicMemoryEngine, pages: int | None) -> None:
+    """Cap the file at `pages` (None: its size now) on every connection this thread holds.
+
+    ``max_page_count`` belongs to a connection: the engine's (role ``engine``) and each scope's."""
+    conns = engine.backend.store.local.state.conns  # type: ignore[attr-defined]
+    engine.backend.store.connection("engine")  # type: ignore[attr-defined]
+    for conn in conns.values():
+        with conn.trusted() as raw:  # past a scope's authorizer, which never allows a PRAGMA
+            size = pages or raw.execute("PRAGMA page_count").fetchone()[0]
+            raw.execute(f"PRAGMA max_page_count = {size}")
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -105,11 +112,11 @@ def test_a_full_database_file_fails_the_call_cleanly(tmp_path: Path, name: str) 
         raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         raw.execute("VACUUM")  # no free pages left to reuse: growth means a new page
         before = _counts(path)
-        _page_cap(engine)
+        _cap_pages(engine, None)
         with pytest.raises(BackendError) as info:
             PAGE_CAP_CALLS[name](me, ids)
         _check_failed_cleanly(path, before, info.value)
-        raw.execute("PRAGMA max_page_count = 1073741823")
+        _cap_pages(engine, 1 << 30)
         me.remember("space again: writes work")  # the store was left usable
     with DynamicMemoryEngine(path, clock=clock, memory_embedder=None) as engine:
         assert engine.agent("alice").stats().memories == before["engram_memories"] + 1 - _archived(path)

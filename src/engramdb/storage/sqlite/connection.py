@@ -36,6 +36,7 @@ from engramdb.errors import (
     ScopeViolation,
     SqlError,
     TransactionError,
+    ValidationError,
 )
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.sqlite.authorizer import Policy
@@ -459,6 +460,16 @@ def _explain_failure(message: str, low: str) -> str:
     return message
 
 
+def unbindable(exc: Exception) -> EngramError | None:
+    """The driver refusing a Python value while binding it (nothing ran): a `ValidationError`,
+    else None for any other exception (which is not the driver's and keeps its own type)."""
+    if isinstance(exc, OverflowError) and "SQLite INTEGER" in str(exc):
+        return ValidationError("a value is an integer outside SQLite's 64-bit range (-2**63 .. 2**63-1)")
+    if isinstance(exc, UnicodeEncodeError) and exc.reason == "surrogates not allowed":
+        return ValidationError("a text value holds a lone surrogate, which is not valid text; nothing was stored")
+    return None
+
+
 @contextlib.contextmanager
 def translate(conn: Conn | None = None) -> Iterator[None]:
     """Re-raise driver exceptions as engramdb errors (see `errors`)."""
@@ -466,6 +477,11 @@ def translate(conn: Conn | None = None) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise convert(exc, conn) from None
+    except (OverflowError, UnicodeEncodeError) as exc:
+        err = unbindable(exc)
+        if err is None:
+            raise
+        raise err from None
 
 
 _S = TypeVar("_S")
@@ -482,5 +498,10 @@ def translated(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenat
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
             raise convert(exc, None) from None
+        except (OverflowError, UnicodeEncodeError) as exc:
+            err = unbindable(exc)
+            if err is None:
+                raise
+            raise err from None
 
     return wrapper

@@ -326,6 +326,7 @@ class Agent:
         if not isinstance(query, str):
             raise ValidationError(f"query must be a str, got {type(query).__name__}")
         reading.check_k(k, hops)
+        reading.check_trace_ref(trace_ref)
         try:
             ch = Channel(channel)
         except ValueError:

@@ -1,7 +1,7 @@
 """Everything engramdb raises is an `EngramError`: a walk of the whole public API with wrong values.
 
 For every callable in ``engramdb.__all__`` and every public method of `Agent`, `MemoryToolbox`,
-`MemoryRetriever` and `NamespacedMemory`, each parameter in turn gets each value of `WRONG` while
+`MemoryRetriever`, `NamespacedMemory` and `MemoryScope` (a scope's SQL methods), each parameter in turn gets each value of `WRONG` while
 the others get a valid value; whatever the call raises, if anything, must be an `EngramError`.
 A new public function or parameter is walked without being listed here; a required parameter whose
 name the walk has no valid value for fails the test until `VALID` gets one.
@@ -42,9 +42,13 @@ from engramdb import (
 WRONG: tuple[object, ...] = (
     object(),
     -1,
+    1 << 70,  # past SQLite's 64-bit integers
+    -0.5,
     1e308,
+    float("inf"),
     "",
     "\x00",
+    "\udc80",  # a lone surrogate: a str that is not valid text
     None,
     float("nan"),
     [1],
@@ -100,7 +104,7 @@ VALID: dict[str, Callable[[World], object]] = {
     "items": lambda w: [],
     "text": lambda w: "note",
     "name": lambda w: "recall",
-    "sql": lambda w: "CREATE TABLE shared_walked (id INTEGER PRIMARY KEY)",
+    "sql": lambda w: "CREATE TABLE IF NOT EXISTS shared_walked (id INTEGER PRIMARY KEY)",
     "ctx": lambda w: w.agent,
     "scope": lambda w: w.scope,
     "id": lambda w: w.fresh_ns_id(),
@@ -114,6 +118,7 @@ VALID: dict[str, Callable[[World], object]] = {
     "policy": lambda w: ForgettingPolicy(),
     "now": lambda w: 1_700_000_000.0,
     "token_budget": lambda w: 100,
+    "limit": lambda w: 10,
     "root": lambda w: w.tmp,
     "path": lambda w: w.tmp / "walked.db",
     "table": lambda w: "shared_notes",
@@ -181,6 +186,8 @@ VALID: dict[str, Callable[[World], object]] = {
 OVERRIDES: dict[tuple[str, str], Callable[[World], object]] = {
     ("Agent.import_jsonl", "source"): lambda w: w.export,
     ("NamespacedMemory.recall", "query"): lambda w: MemoryQuery("note"),
+    ("MemoryScope.executemany", "sql"): lambda w: "INSERT INTO shared_notes (content) VALUES (?)",
+    ("MemoryScope.executemany", "seq_of_params"): lambda w: [("walked",)],
     ("Recall", "hits"): lambda w: (),
     ("Trigger", "kind"): lambda w: "event",
     ("Hit", "memory"): lambda w: w.note,
@@ -211,6 +218,7 @@ def _targets(w: World) -> Iterator[tuple[str, Callable[..., Any]]]:
         ("MemoryToolbox", MemoryToolbox(w.agent)),
         ("MemoryRetriever", retriever),
         ("NamespacedMemory", w.ns),
+        ("MemoryScope", w.agent.shared),
     ]
     for label, instance in instances:
         for attr in sorted(dir(instance)):
@@ -240,7 +248,7 @@ def _call(label: str, fn: Callable[..., Any], params: list[inspect.Parameter], b
         elif p.default is not inspect.Parameter.empty:
             continue
         else:
-            given = OVERRIDES.get((label, p.name), VALID[p.name])(w)
+            given = (OVERRIDES.get((label, p.name)) or VALID[p.name])(w)
         if p.kind is inspect.Parameter.KEYWORD_ONLY or (p.default is not inspect.Parameter.empty):
             kwargs[p.name] = given
         else:

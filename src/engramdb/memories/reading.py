@@ -204,6 +204,12 @@ def replay(rt: Runtime, who: Principal, recall_id: str) -> Explanation | None:
     )
 
 
+def check_trace_ref(trace_ref: object) -> None:
+    """A trace reference is a str (a span or run id the caller's tracing knows) or None."""
+    if trace_ref is not None and (not isinstance(trace_ref, str) or len(trace_ref) > 1000):
+        raise ValidationError(f"trace_ref must be a str of at most 1000 characters, or None, got {trace_ref!r:.80}")
+
+
 def check_k(k: object, hops: object) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
         raise ValidationError(f"k must be an integer from 1 to 1000, got {k!r}")

@@ -31,6 +31,7 @@ from engramdb.memories.model import (
     Principal,
     TodoStatus,
     Tombstone,
+    check_many,
 )
 from engramdb.memories.prospective import Injection
 from engramdb.memories.reading import MemoryRecord
@@ -41,7 +42,7 @@ from engramdb.memories.runtime import Runtime
 from engramdb.memories.writing import MemoryFields
 from engramdb.observability import otel
 from engramdb.observability.stats import Stats
-from engramdb.progress import Progress
+from engramdb.progress import Progress, check_progress
 from engramdb.retrieval.results import Explanation, Recall
 from engramdb.retrieval.when import When
 from engramdb.storage.ports import MemoryScope
@@ -219,7 +220,10 @@ class Agent:
         order of `items` (a deduplicated item returns the memory it reinforced). `progress`
         (``callable(stage, done, total)``, see `engramdb.progress`) hears stages ``embed`` and
         ``store``."""
-        return writing.remember_many(self._runtime, self._principal, items, dedup=dedup, force=force, progress=progress)
+        items = check_many("items", items, "a list of memory field mappings")
+        return writing.remember_many(
+            self._runtime, self._principal, items, dedup=dedup, force=force, progress=check_progress(progress)
+        )
 
     def get(self, memory_id: str, *, touch: bool = True) -> Memory:
         """The memory `memory_id` if this agent may see it, else `NotFound`.
@@ -331,6 +335,7 @@ class Agent:
         if not isinstance(query, str):
             raise ValidationError(f"query must be a str, got {type(query).__name__}")
         reading.check_k(k, hops)
+        reading.check_trace_ref(trace_ref)
         try:
             ch = Channel(channel)
         except ValueError:
@@ -450,19 +455,20 @@ class Agent:
     ) -> transfer.ImportReport:
         """Import a JSON Lines export as this agent (its tenant; its own and shared records);
         idempotent: what is already in the store is skipped. `progress` hears stage ``import``."""
-        return transfer.import_jsonl(self, source, progress=progress)
+        return transfer.import_jsonl(self, source, progress=check_progress(progress))
 
     def import_records(
         self, records: Iterable[Mapping[str, object]], *, progress: Progress | None = None
     ) -> transfer.ImportReport:
         """Import export records — the lines of `export_jsonl` as dicts, or what `export` returns
         — as this agent; see `import_jsonl`."""
-        return transfer.import_records(self, records, progress=progress)
+        records = check_many("records", records, "a list of export records")
+        return transfer.import_records(self, records, progress=check_progress(progress))
 
     def reembed(self, *, missing_only: bool = True, progress: Progress | None = None) -> int:
         """Embed the memories this agent can see that lack a vector of the engine's current
         embedder (all of them without `missing_only`); how many. `progress` hears ``embed``."""
-        return reembed(self, missing_only=missing_only, progress=progress)
+        return reembed(self, missing_only=missing_only, progress=check_progress(progress))
 
     def memories(
         self, *, types: Sequence[MemoryType | str] | None = None, include_archived: bool = False
@@ -491,7 +497,7 @@ class Agent:
         at a time (`TransactionError`). See `engramdb.memories.reflection`."""
         return reflect(
             self, config=config, reconciler=reconciler, reasoner=reasoner, steps=steps, should_stop=should_stop,
-            progress=progress,
+            progress=check_progress(progress),
         )  # fmt: skip
 
     # -- prospective memory and live references -----------------------------------------------

@@ -16,6 +16,7 @@ Example ``engramdb.toml``::
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engramdb.errors import ConfigError
+from engramdb.memories.model import check_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,11 @@ class TeamMemoryConfig:
     busy_timeout: float = 30.0
     statement_timeout: float = 5.0
     synchronous: str = "NORMAL"
+
+    def __post_init__(self) -> None:
+        # Built directly (not by load_config), the values get the same checks and coercions.
+        for name in _FIELDS:
+            object.__setattr__(self, name, _coerce(name, getattr(self, name), "TeamMemoryConfig"))
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TeamMemoryConfig)}
@@ -72,10 +79,12 @@ def _coerce(key: str, value: Any, source: str) -> Any:
             number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{source}: {key} must be a number of seconds, got {value!r}") from None
-        if number <= 0:
-            raise ConfigError(f"{source}: {key} must be positive, got {value!r}")
+        if not math.isfinite(number) or number <= 0:
+            raise ConfigError(f"{source}: {key} must be a positive number of seconds, got {value!r}")
         return number
     if kind == "url":
+        if value is None:
+            return None  # no URL: the team's store is db_path
         if not isinstance(value, str) or value.split("://", 1)[0].lower() not in ("postgresql", "postgres"):
             raise ConfigError(f"{source}: {key} must be a postgresql:// URL, got {value!r}")
         return value
@@ -107,12 +116,20 @@ def load_config(
     A relative ``db_path`` in a TOML file is relative to that file's directory.
     """
     values: dict[str, Any] = {}
+    if env is not None and not isinstance(env, Mapping):
+        raise ConfigError(f"env must be a mapping of variable names to strings, or None, got {type(env).__name__}")
     if toml_path is not None:
-        path = Path(toml_path)
+        path = Path(check_path("toml_path", toml_path, ConfigError))
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not valid TOML (not UTF-8 text)") from None
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the config file {path} ({exc.strerror}); pass a readable TOML file"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
         section = data.get("memory", {})

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from engramdb.agent import Agent
 from engramdb.config import TeamMemoryConfig, load_config
-from engramdb.errors import MissingExtra
+from engramdb.engine_options import check_engine_options
+from engramdb.errors import ConfigError, MissingExtra
 from engramdb.memories.forgetting import ForgettingPolicy
 from engramdb.memories.model import Confidentiality, Limits
 from engramdb.memories.resolvers import ReferenceResolvers
@@ -110,12 +111,7 @@ class DynamicMemoryEngine:
         vector_file: bool = True,
         limits: Limits | None = None,
     ) -> None:
-        if isinstance(memory_embedder, str) and memory_embedder != "default":
-            raise ValueError('memory_embedder must be "default", an Embedder, or None')
-        if not callable(vector_index) and vector_index not in ("auto", "exact", "ann"):
-            raise ValueError('vector_index must be "auto", "exact", "ann" or a callable making an index')
-        if not isinstance(vector_file, bool):
-            raise ValueError(f"vector_file must be True or False, got {vector_file!r}")
+        check_engine_options(path, locals())
         backend: Backend
         if _is_url(path):
             backend = _postgres(
@@ -314,7 +310,10 @@ def _postgres(url: str, **settings: Any) -> Backend:
 
 def open_team_memory_engine(config: TeamMemoryConfig | None = None) -> DynamicMemoryEngine:
     """Open the one engine a team shares, as `config` describes (default: `load_config()`)."""
-    config = config or load_config()
+    if config is None:
+        config = load_config()
+    elif not isinstance(config, TeamMemoryConfig):
+        raise ConfigError(f"config must be a TeamMemoryConfig (see load_config()) or None, got {type(config).__name__}")
     return DynamicMemoryEngine(
         config.url or config.db_path,
         enable_embeddings=config.enable_embeddings,

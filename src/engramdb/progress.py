@@ -17,8 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeAlias
 
+from engramdb.errors import ValidationError
+
 #: ``progress(stage, done, total)``: see the module docstring.
 Progress: TypeAlias = Callable[[str, int, int | None], None]
+
+
+def check_progress(progress: object) -> Progress | None:
+    """`progress` itself when it is None or callable, else `ValidationError` (checked before any work starts)."""
+    if progress is not None and not callable(progress):
+        raise ValidationError(f"progress must be a callable(stage, done, total) or None, got {type(progress).__name__}")
+    return progress
 
 
 def report(progress: Progress | None, stage: str, done: int, total: int | None) -> None:
@@ -27,4 +36,4 @@ def report(progress: Progress | None, stage: str, done: int, total: int | None) 
         progress(stage, done, total)
 
 
-__all__ = ["Progress", "report"]
+__all__ = ["Progress", "check_progress", "report"]

@@ -87,6 +87,7 @@ LAYERS: dict[str, int] = {
     "engramdb": FACADE,
     "engramdb.__main__": FACADE,
     "engramdb.engine": FACADE,
+    "engramdb.engine_options": FACADE,
     "engramdb.agent": FACADE,
     "engramdb.tenancy.namespaced": FACADE,
     "engramdb.demo": FACADE,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from engramdb.errors import ConfigError
+from engramdb.errors import ConfigError, ValidationError
 from engramdb.memories.model import Memory, MemoryType, TodoStatus
 
 HOUR = 3600.0
@@ -60,14 +60,26 @@ def _anchor(memory: Memory) -> float:
     return memory.last_access if memory.last_access is not None else memory.recorded_at
 
 
+def _check(memory: object, policy: object, now: object = 0.0) -> None:
+    """The arguments of the public math, refused with a `ValidationError` rather than an AttributeError."""
+    if not isinstance(memory, Memory):
+        raise ValidationError(f"memory must be a Memory (from remember, get or recall), got {type(memory).__name__}")
+    if not isinstance(policy, ForgettingPolicy):
+        raise ValidationError(f"policy must be a ForgettingPolicy, got {type(policy).__name__}")
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise ValidationError(f"now must be epoch seconds (a finite number), got {now!r}")
+
+
 def retention(memory: Memory, now: float, policy: ForgettingPolicy) -> float:
     """exp(−Δt / S) in (0, 1]; 1 right after an access (a clock before the access counts as Δt = 0)."""
+    _check(memory, policy, now)
     dt = max(now - _anchor(memory), 0.0)
     return math.exp(-dt / stability(memory.strength, policy))
 
 
 def prune_time(memory: Memory, policy: ForgettingPolicy) -> float:
     """When retention will reach the prune threshold, if nothing reads the memory before then."""
+    _check(memory, policy)
     return _anchor(memory) + stability(memory.strength, policy) * math.log(1.0 / policy.threshold)
 
 

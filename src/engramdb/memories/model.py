@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from engramdb.errors import ConfigError, ValidationError
+
+_T = TypeVar("_T")
 
 
 class MemoryType(enum.StrEnum):
@@ -366,11 +369,27 @@ def check_content(content: object, limits: Limits = DEFAULT_LIMITS) -> str:
     return check_text("content", content, limits.content_chars, empty=False)
 
 
+def check_many(name: str, values: _T, what: str = "a list") -> _T:
+    """`values` when it is a collection to iterate (not a str or bytes), else `ValidationError`."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ValidationError(f"{name} must be {what}, got {type(values).__name__}")
+    return values
+
+
+def check_path(name: str, value: object, error: type[ValidationError] | type[ConfigError] = ValidationError) -> str:
+    """`value` as a non-empty file-system path string (a str or an ``os.PathLike``), else `error`."""
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise error(f"{name} must be a file-system path (a non-empty str or Path), got {value!r}")
+    return path
+
+
 def check_labels(name: str, values: Iterable[object] | None, limits: Limits = DEFAULT_LIMITS) -> tuple[str, ...]:
     if values is None:
         return ()
     if isinstance(values, str):
         raise ValidationError(f"{name} must be a list of strings, not one string")
+    values = check_many(name, values, "a list of strings")
     out: list[str] = []
     for v in values:
         if not isinstance(v, str) or not v.strip():

@@ -226,6 +226,7 @@ def due(
 
     Raises `ValidationError` for a `now` that is not a number, or an empty or over-long event name.
     """
+    reading.check_trace_ref(trace_ref)
     rt = agent.runtime
     t = rt.clock() if now is None else _check_now(now)
     ev = None if event is None else _name("the event name", event)
@@ -387,6 +388,7 @@ def ride_along(
         raise ValidationError(f"ride_along() takes a Recall or a query str, got {type(recall_or_query).__name__}")
     if isinstance(max_todos, bool) or not isinstance(max_todos, int) or not 0 <= max_todos <= 100:
         raise ValidationError(f"max_todos must be an integer from 0 to 100, got {max_todos!r}")
+    reading.check_trace_ref(trace_ref)
     rt, who = agent.runtime, agent.principal
     t = rt.clock() if now is None else _check_now(now)
     ev = None if event is None else _name("the event name", event)

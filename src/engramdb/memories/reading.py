@@ -82,7 +82,7 @@ def check_types(types: Iterable[MemoryType | str] | None) -> frozenset[MemoryTyp
         return None
     if isinstance(types, str):
         types = [types]
-    return frozenset(mm.check_type(t) for t in types)
+    return frozenset(mm.check_type(t) for t in mm.check_many("types", types, "a memory type or a list of them"))
 
 
 def get(rt: Runtime, who: Principal, memory_id: str, *, touch: bool = True) -> Memory:
@@ -202,6 +202,12 @@ def replay(rt: Runtime, who: Principal, recall_id: str) -> Explanation | None:
         near_misses=tuple(e for e in near if e.memory_id in shown),
         weights=params["weights"],
     )
+
+
+def check_trace_ref(trace_ref: object) -> None:
+    """A trace reference is a str (a span or run id the caller's tracing knows) or None."""
+    if trace_ref is not None and (not isinstance(trace_ref, str) or len(trace_ref) > 1000):
+        raise ValidationError(f"trace_ref must be a str of at most 1000 characters, or None, got {trace_ref!r:.80}")
 
 
 def check_k(k: object, hops: object) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from engramdb.errors import ConfigError, ValidationError
-from engramdb.memories.model import Confidentiality, Memory
+from engramdb.memories.model import Confidentiality, Memory, check_many
 from engramdb.memories.text import pack_times, unpack_times
 
 #: The steps in the order a run takes them.
@@ -74,8 +74,9 @@ class ReflectionConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if self.gist_min_episodes > self.gist_max_episodes:
             raise ConfigError("gist_min_episodes must not exceed gist_max_episodes")
-        if not 0 <= self.importance_floor <= 10:
-            raise ConfigError("importance_floor must be from 0 to 10")
+        floor = self.importance_floor
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 10:
+            raise ConfigError(f"importance_floor must be a number from 0 to 10, got {floor!r}")
 
 
 @runtime_checkable
@@ -242,6 +243,7 @@ def _check_steps(steps: Sequence[str] | None) -> frozenset[str]:
         return frozenset(STEPS)
     if isinstance(steps, str):
         steps = (steps,)
+    steps = tuple(check_many("steps", steps, "a step name or a list of them"))
     unknown = [s for s in steps if s not in STEPS]
     if unknown:
         raise ValidationError(

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Protocol, TypeAlias
 
 from engramdb.errors import ValidationError
-from engramdb.memories.model import MemoryRef
+from engramdb.memories.model import MemoryRef, check_path
 from engramdb.retrieval.results import Hit
 
 #: ref kinds that are engine state, not pointers; never resolved
@@ -106,6 +106,10 @@ class ReferenceResolvers:
         self._lock = threading.Lock()
         self._by_kind: dict[str, Callable[[str], str]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        if resolvers is not None and not isinstance(resolvers, Mapping):
+            raise ValidationError(
+                f"resolvers must be a mapping of reference kind to resolver, or None, got {type(resolvers).__name__}"
+            )
         for kind, resolver in (resolvers or {}).items():
             self.register(kind, resolver)
 
@@ -230,10 +234,10 @@ class FileResolver:
             raise ValidationError(f"max_bytes must be an integer from 1 to 16 MiB, got {max_bytes!r}")
         try:
             codecs.lookup(encoding)
-        except (LookupError, TypeError):
+        except (LookupError, TypeError, ValueError):
             raise ValidationError(f"unknown text encoding {encoding!r}") from None
         try:
-            resolved = Path(root).resolve(strict=True)
+            resolved = Path(check_path("root", root)).resolve(strict=True)
         except (OSError, RuntimeError):
             raise ValidationError(f"the file resolver root {os.fspath(root)!r} does not exist") from None
         if not resolved.is_dir():

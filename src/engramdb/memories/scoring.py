@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TypeVar
+
+from engramdb.errors import ConfigError
 
 N = TypeVar("N")
 
@@ -79,20 +81,37 @@ class ScoringConfig:
     spread_combine: str = "max"  # "max" or "sum" (ACT-R, spec 001): how contributions reaching one node add up
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_kind(f.name, getattr(self, f.name), str(f.type))
         if not 0 <= self.lam <= 1:
-            raise ValueError("lam must be in [0, 1]")
+            raise ConfigError(f"ScoringConfig.lam must be in [0, 1], got {self.lam!r}")
         if not 0 <= self.mu <= 1:
-            raise ValueError("mu must be in [0, 1]")
+            raise ConfigError(f"ScoringConfig.mu must be in [0, 1], got {self.mu!r}")
         if self.spread_combine not in ("sum", "max"):
-            raise ValueError('spread_combine must be "sum" or "max"')
+            raise ConfigError(f'ScoringConfig.spread_combine must be "sum" or "max", got {self.spread_combine!r}')
         if not 0 < self.decay < 1:
-            raise ValueError("decay must be in (0, 1)")
+            raise ConfigError(f"ScoringConfig.decay must be in (0, 1), got {self.decay!r}")
         if self.w_when < 0 or self.w_entity < 0 or self.w_ctx < 0:
-            raise ValueError("w_when, w_entity and w_ctx must be >= 0")
+            raise ConfigError("ScoringConfig: w_when, w_entity and w_ctx must be >= 0")
         if not self.ctx_tau > 0:
-            raise ValueError("ctx_tau must be > 0 (seconds)")
+            raise ConfigError(f"ScoringConfig.ctx_tau must be > 0 (seconds), got {self.ctx_tau!r}")
         if self.hops < 0 or self.fanout < 0 or self.ring_size < 1 or self.candidates < 1:
-            raise ValueError("hops, fanout must be >= 0; ring_size, candidates >= 1")
+            raise ConfigError("ScoringConfig: hops, fanout must be >= 0; ring_size, candidates >= 1")
+
+
+def _check_kind(name: str, value: object, kind: str) -> None:
+    """One `ScoringConfig` field of its declared kind (a bool is not a number here), else `ConfigError`."""
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "str":
+        ok = isinstance(value, str)
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok:
+        what = {"bool": "True or False", "str": "a str", "int": "a whole number"}.get(kind, "a finite number")
+        raise ConfigError(f"ScoringConfig.{name} must be {what}, got {value!r}")
 
 
 def absolute_relevance(coverage: float, cos: float, unrelated_cosine: float = 0.0) -> float:

@@ -102,8 +102,17 @@ def export_records(agent: Acting) -> Iterator[dict[str, Any]]:
 def export_jsonl(agent: Acting, out: IO[str] | str | os.PathLike[str]) -> int:
     """Write `export_records(agent)` as JSON Lines to a text stream or a file path; lines written."""
     if isinstance(out, (str, os.PathLike)):
-        with open(out, "w", encoding="utf-8") as fp:
+        mm.check_path("out", out)
+        try:
+            fp = open(out, "w", encoding="utf-8")  # noqa: SIM115 - closed below; only the open is the caller's path
+        except OSError as exc:
+            raise ValidationError(
+                f"cannot write the export to {str(out)!r} ({exc.strerror}); pass a writable file path or a text stream"
+            ) from None
+        with fp:
             return export_jsonl(agent, fp)
+    if not callable(getattr(out, "write", None)):
+        raise ValidationError(f"out must be a file path or a text stream with write(), got {type(out).__name__}")
     n = 0
     for record in export_records(agent):
         out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -117,10 +126,14 @@ def export_jsonl(agent: Acting, out: IO[str] | str | os.PathLike[str]) -> int:
 def read_jsonl(source: IO[str] | str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """The records of a JSON Lines file or stream; `ValidationError` naming a bad line."""
     if isinstance(source, (str, os.PathLike)):
-        with open(source, encoding="utf-8") as fp:
+        with _open_source(source) as fp:
             yield from read_jsonl(fp)
         return
     for i, line in enumerate(source, 1):
+        if not isinstance(line, str):
+            raise ValidationError(
+                f"line {i} is not text: read from a text stream or a file path, not {type(line).__name__}"
+            )
         if not line.strip():
             continue
         try:
@@ -138,10 +151,28 @@ def count_lines(path: str | os.PathLike[str]) -> int:
         return sum(1 for line in fp if line.strip())
 
 
+def _open_source(source: str | os.PathLike[str]) -> IO[str]:
+    mm.check_path("source", source)
+    try:
+        return open(source, encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(
+            f"cannot read the import file {str(source)!r} ({exc.strerror}); pass a readable JSON Lines file or a text stream"
+        ) from None
+
+
+def _check_source(source: object) -> None:
+    if isinstance(source, (str, os.PathLike)):
+        _open_source(source).close()
+    elif isinstance(source, (bytes, bytearray)) or not isinstance(source, Iterable):
+        raise ValidationError(f"source must be a file path or a text stream, got {type(source).__name__}")
+
+
 def import_jsonl(
     agent: Acting, source: IO[str] | str | os.PathLike[str], *, progress: Progress | None = None
 ) -> ImportReport:
     """Import a JSON Lines export (a path or a text stream) as `agent`; see the module docstring."""
+    _check_source(source)  # before any record is read, so a bad path changes nothing
     total = count_lines(source) if isinstance(source, (str, os.PathLike)) and Path(source).is_file() else None
     return import_records(agent, read_jsonl(source), progress=progress, total=total)
 

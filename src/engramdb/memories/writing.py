@@ -110,7 +110,7 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float, limits: mm.Lim
     shared = item.get("shared", False)
     if not isinstance(shared, bool):
         raise ValidationError(f"shared must be True or False, got {shared!r}")
-    refs = tuple(item.get("refs") or ())
+    refs = tuple(mm.check_many("refs", item.get("refs") or (), "a list of MemoryRef values"))
     if any(not isinstance(r, MemoryRef) for r in refs):
         raise ValidationError("refs must be MemoryRef values")
     if any(r.kind == TRIGGER_KIND for r in refs):
@@ -500,15 +500,14 @@ def _scrub_recall_log(rt: Runtime, tenant: str, memory_id: str, retired: str) ->
 
 def restore(rt: Runtime, who: Principal, memory_id: str) -> Memory:
     """Bring back an archived memory `who` may write (its own or a shared one); see `Agent.restore`."""
-    found = rt.store.memories.get(who.visibility(include_archived=True), memory_id)
-    if found is None or found.memory.owner not in ("", who.agent_id):
+    found = visible(rt, who, memory_id)
+    if found.memory.owner not in ("", who.agent_id):
         raise not_found(who, memory_id)
     if found.memory.archived:
         store = rt.store
         with store.atomic():
             store.memories.unarchive(who.tenant, [memory_id], store.changes.next())
-        found = rt.store.memories.get(who.visibility(), memory_id)
-        assert found is not None
+        found = visible(rt, who, memory_id, archived=False)
     return rt.annotate(found.memory)
 
 

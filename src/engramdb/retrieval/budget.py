@@ -11,11 +11,15 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
+from engramdb.errors import ValidationError
+
 TokenCounter: TypeAlias = Callable[[str], int]
 
 
 def approx_tokens(text: str) -> int:
     """About four characters a token, rounded up: ``approx_tokens("abcde") == 2``."""
+    if not isinstance(text, str):
+        raise ValidationError(f"approx_tokens counts a str, got {type(text).__name__}")
     return math.ceil(len(text) / 4)
 
 

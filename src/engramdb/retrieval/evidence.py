@@ -27,9 +27,10 @@ from __future__ import annotations
 import re
 import secrets
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from engramdb.errors import ValidationError
 from engramdb.retrieval.budget import TokenCounter, approx_tokens, pack
 
 START = "--- UNTRUSTED EVIDENCE START (id {nonce}) ---"
@@ -188,6 +189,17 @@ def render_evidence(
 
     Returns ``""`` when nothing fits (or there is nothing to show).
     """
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise ValidationError(f"items must be a list of EvidenceItem, got {type(items).__name__}")
+    items = list(items)
+    if any(not isinstance(it, EvidenceItem) for it in items):
+        raise ValidationError("items must be EvidenceItem values (see MemoryRetriever.retrieve)")
+    if isinstance(token_budget, bool) or not isinstance(token_budget, int):
+        raise ValidationError(f"token_budget must be a whole number of tokens, got {token_budget!r}")
+    if not callable(count):
+        raise ValidationError(f"count must be a callable text -> tokens, got {type(count).__name__}")
+    if nonce is not None and not isinstance(nonce, str):
+        raise ValidationError(f"nonce must be a str (or None for a fresh one), got {nonce!r}")
     nonce = nonce or new_nonce()
     text, _ = pack(
         [it.render() for it in items],

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engramdb.errors import ScopeViolation, SqlError
+from engramdb.errors import ScopeViolation, SqlError, ValidationError
 from engramdb.retrieval.budget import TokenCounter, approx_tokens
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
 from engramdb.retrieval.keywords import hits, keywords, words
@@ -38,6 +38,31 @@ def _quote(name: str) -> str:
 
 def _norm(text: str) -> str:
     return " ".join(words(text))
+
+
+def _check_arguments(
+    scope: object, table: object, token_budget: object, content_column: object, recency_column: object,
+    token_counter: object, semantic: object, include_unmatched: object, candidate_limit: object,
+) -> None:  # fmt: skip
+    """Wrong-typed `MemoryRetriever` arguments, refused before the scope is asked anything."""
+    from engramdb.storage.ports import MemoryScope
+
+    if not isinstance(scope, MemoryScope):
+        raise ValidationError(
+            f"scope must be a MemoryScope (agent.shared or agent.private), got {type(scope).__name__}"
+        )
+    for name, value in (("table", table), ("content_column", content_column), ("recency_column", recency_column)):
+        if not isinstance(value, str) and not (name == "recency_column" and value is None):
+            raise ValidationError(f"{name} must be a column or table name (a str), got {value!r}")
+    for name, value in (("token_budget", token_budget), ("candidate_limit", candidate_limit)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValidationError(f"{name} must be a whole number >= 1, got {value!r}")
+    if not callable(token_counter):
+        raise ValidationError(f"token_counter must be a callable text -> tokens, got {type(token_counter).__name__}")
+    if semantic is not None and not isinstance(semantic, bool):
+        raise ValidationError(f"semantic must be True, False or None, got {semantic!r}")
+    if not isinstance(include_unmatched, bool):
+        raise ValidationError(f"include_unmatched must be True or False, got {include_unmatched!r}")
 
 
 class MemoryRetriever:
@@ -81,6 +106,8 @@ class MemoryRetriever:
         include_unmatched: bool = True,
         candidate_limit: int = 5000,
     ) -> None:
+        _check_arguments(scope, table, token_budget, content_column, recency_column, token_counter, semantic,
+                         include_unmatched, candidate_limit)  # fmt: skip
         if not scope.namespace.owns(table):
             raise ScopeViolation(scope.namespace.rule())
         for what, name in (("content_column", content_column), ("recency_column", recency_column)):
@@ -134,6 +161,9 @@ class MemoryRetriever:
         matches, computed in C), and rows are read in that order only until no unread row can
         reach the top `limit` — each row's whole-word hits never exceed its bound.
         """
+        _check_query(query)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValidationError(f"limit must be a whole number >= 1 or None, got {limit!r}")
         need = limit if limit is not None else max(32, self.token_budget // 8)
         # Retrieval never fails on the query's shape: a word longer than any real one (SQLite
         # refuses LIKE patterns past 50,000 bytes) or a flood of words is cut to what can rank.
@@ -226,8 +256,14 @@ class MemoryRetriever:
 
     def retrieve(self, query: str) -> str:
         """The ranked rows for `query`, wrapped as untrusted evidence within the token budget."""
+        _check_query(query)
         items = [EvidenceItem(f"{self.table} row {r.rowid}", r.content) for r in self.rank(query)]
         return render_evidence(items, self.token_budget, self.token_counter)
+
+
+def _check_query(query: object) -> None:
+    if not isinstance(query, str):
+        raise ValidationError(f"query must be a str, got {type(query).__name__}")
 
 
 def _ascii_lower(text: str) -> str:

@@ -31,9 +31,9 @@ class Namespace:
     label: str  # "shared" or "private:researcher"
     prefix: str  # "shared_" or "private_researcher_"
 
-    def owns(self, name: str | None) -> bool:
+    def owns(self, name: object) -> bool:
         """True if `name` is a table or index name inside this namespace (ASCII case-insensitive)."""
-        if not name:
+        if not name or not isinstance(name, str):
             return False
         folded = ascii_lower(name)
         return folded.startswith(self.prefix) and len(folded) > len(self.prefix) and _NAME_RE.match(folded) is not None

@@ -127,7 +127,7 @@ class MemoryEntry:
             value = getattr(self, name)
             if isinstance(value, str):
                 raise ValidationError(f"{name} must be a sequence, not one string")
-            object.__setattr__(self, name, tuple(value))
+            object.__setattr__(self, name, tuple(mm.check_many(name, value, "a sequence")))
         if self.confidentiality is not None:
             object.__setattr__(self, "confidentiality", check_level(self.confidentiality))
         if not isinstance(self.shared, bool):
@@ -202,7 +202,9 @@ class MemoryQuery:
         if isinstance(self.hops, bool) or not isinstance(self.hops, int) or not 0 <= self.hops <= 5:
             raise ValidationError(f"hops must be an integer from 0 to 5, got {self.hops!r}")
         if self.types is not None:
-            types: Iterable[object] = [self.types] if isinstance(self.types, str) else self.types
+            types: Iterable[object] = (
+                [self.types] if isinstance(self.types, str) else mm.check_many("types", self.types, "a tuple of types")
+            )
             object.__setattr__(self, "types", tuple(dict.fromkeys(mm.check_type(t) for t in types)))
         if self.agent_prefix is not None:
             prefix = self.agent_prefix

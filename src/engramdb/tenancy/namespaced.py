@@ -18,17 +18,19 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import inspect
 import math
 import os
 import re
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engramdb.errors import NotFound, ValidationError
+from engramdb.errors import ConfigError, NotFound, ValidationError
 from engramdb.memories import writing
-from engramdb.memories.model import Confidentiality, Edge, EdgeType, Memory, Visibility
+from engramdb.memories.model import Confidentiality, Edge, EdgeType, Memory, Visibility, check_path
 from engramdb.retrieval.results import Explanation, Recall
 from engramdb.tenancy.contract import (
     ALL_NAMESPACES,
@@ -170,6 +172,10 @@ class NamespacedMemory:
 
         ``agent_prefix="*"`` widens it to the tenant's every namespace only when `cross_namespace`.
         """
+        if not isinstance(scope, TenantScope):
+            raise ValidationError(f"scope must be a TenantScope, got {type(scope).__name__}")
+        if query is not None and not isinstance(query, MemoryQuery):
+            raise ValidationError(f"query must be a MemoryQuery or None, got {type(query).__name__}")
         query = query or MemoryQuery("")
         cap = self.cap if query.max_confidentiality is None else min(self.cap, query.max_confidentiality)
         if query.agent_prefix not in (None, self.agent_name, ALL_NAMESPACES):
@@ -241,7 +247,9 @@ class NamespacedMemory:
         Only this namespace: `agent_prefix` may be None or this agent's name. Memories above the
         cap are neither touched nor counted; skills are never pruned.
         """
-        if agent_prefix is not None and agent_prefix.rstrip(":") != self.agent_name:
+        if agent_prefix is not None and (
+            not isinstance(agent_prefix, str) or agent_prefix.rstrip(":") != self.agent_name
+        ):
             raise ValidationError(f"a NamespacedMemory prunes only its own namespace ({self.agent_name!r})")
         if isinstance(min_strength, bool) or not isinstance(min_strength, (int, float)) or math.isnan(min_strength):
             raise ValidationError(f"min_strength must be a number, got {min_strength!r}")
@@ -336,6 +344,16 @@ def tenant_file_name(tenant: str) -> str:
     return f"{slug}-{digest}.db"
 
 
+def _check_engine_option_names(options: Mapping[str, Any]) -> None:
+    """Refuse a keyword `DynamicMemoryEngine` does not take now, not when the first tenant opens."""
+    from engramdb.engine import DynamicMemoryEngine
+
+    known = set(inspect.signature(DynamicMemoryEngine).parameters) - {"path"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"unknown engine option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+
+
 class TenantFiles:
     """A database file per tenant under one directory; hands out agents like one engine does.
 
@@ -356,8 +374,14 @@ class TenantFiles:
     """
 
     def __init__(self, root: str | os.PathLike[str], **engine_options: Any) -> None:
-        self.root = Path(root).expanduser()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = Path(check_path("root", root, ConfigError)).expanduser()
+        _check_engine_option_names(engine_options)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the tenant folder {self.root} ({exc.strerror}); pass a writable directory"
+            ) from None
         self._options = dict(engine_options)
         self._engines: dict[str, DynamicMemoryEngine] = {}
         self._lock = threading.Lock()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -148,10 +148,16 @@ class MemoryToolbox:
 
         if not isinstance(agent, Agent):
             raise ValidationError(f"a MemoryToolbox needs an Agent handle, got {type(agent).__name__}")
+        if limits is not None and not isinstance(limits, ToolLimits):
+            raise ValidationError(f"limits must be a ToolLimits or None, got {type(limits).__name__}")
         self._agent = agent
         self._limits = limits or ToolLimits()
         names = [s.name for s in ALL_TOOL_SPECS]
+        if tools is not None and (isinstance(tools, str) or not isinstance(tools, Iterable)):
+            raise ValidationError(f"tools must be a list of tool names or None, got {tools!r}")
         wanted = names if tools is None else list(tools)
+        if any(not isinstance(t, str) for t in wanted):
+            raise ValidationError(f"tools must be tool names (str), got {wanted!r}")
         unknown = sorted(set(wanted) - set(names))
         if unknown:
             raise ValidationError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(names)}")

@@ -36,6 +36,7 @@ from engramdb.errors import (
     ScopeViolation,
     SqlError,
     TransactionError,
+    ValidationError,
 )
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.sqlite.authorizer import Policy
@@ -474,10 +475,40 @@ def convert(exc: sqlite3.Error, conn: Conn | None) -> EngramError:
     if isinstance(exc, sqlite3.IntegrityError):
         return ConstraintError(message)
     if "locked" in low or "busy" in low or any(s in low for s in _IO):
-        return BackendError(message)
-    if isinstance(exc, (sqlite3.OperationalError, sqlite3.ProgrammingError, sqlite3.InterfaceError)):
+        return BackendError(_explain_failure(message, low))
+    # Only a caller's own statement (a scope connection has a policy) can be the caller's
+    # mistake; the engine's own SQL failing means the file is damaged (text that is not UTF-8,
+    # a broken record), never a caller error.
+    if policy is not None and isinstance(
+        exc, (sqlite3.OperationalError, sqlite3.ProgrammingError, sqlite3.InterfaceError)
+    ):
         return SqlError(message)
-    return BackendError(message)
+    return BackendError(_explain_failure(message, low))
+
+
+def _explain_failure(message: str, low: str) -> str:
+    """The driver's message with what it means for the caller and what to do."""
+    if "database or disk is full" in low:
+        return (
+            f"the disk is full ({message}): the call was rolled back and wrote nothing; "
+            "free some space (or raise the file's size limit) and retry"
+        )
+    if "malformed" in low or "not a database" in low or "could not decode" in low or "corrupt" in low:
+        return (
+            f"the database file is damaged ({message}); restore it from a backup, "
+            "or check it with PRAGMA integrity_check"
+        )
+    return message
+
+
+def unbindable(exc: Exception) -> EngramError | None:
+    """The driver refusing a Python value while binding it (nothing ran): a `ValidationError`,
+    else None for any other exception (which is not the driver's and keeps its own type)."""
+    if isinstance(exc, OverflowError) and "SQLite INTEGER" in str(exc):
+        return ValidationError("a value is an integer outside SQLite's 64-bit range (-2**63 .. 2**63-1)")
+    if isinstance(exc, UnicodeEncodeError) and exc.reason == "surrogates not allowed":
+        return ValidationError("a text value holds a lone surrogate, which is not valid text; nothing was stored")
+    return None
 
 
 @contextlib.contextmanager
@@ -487,6 +518,11 @@ def translate(conn: Conn | None = None) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise convert(exc, conn) from None
+    except (OverflowError, UnicodeEncodeError) as exc:
+        err = unbindable(exc)
+        if err is None:
+            raise
+        raise err from None
 
 
 _S = TypeVar("_S")
@@ -503,5 +539,10 @@ def translated(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenat
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
             raise convert(exc, None) from None
+        except (OverflowError, UnicodeEncodeError) as exc:
+            err = unbindable(exc)
+            if err is None:
+                raise
+            raise err from None
 
     return wrapper

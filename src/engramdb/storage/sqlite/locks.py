@@ -6,13 +6,14 @@ The OS releases a lock when its process dies, so a crash never leaves a stale lo
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from engramdb.errors import TransactionError
+from engramdb.errors import BackendError, TransactionError
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
@@ -53,7 +54,13 @@ def lock_path(db_path: Path, tenant: str) -> Path:
 @contextlib.contextmanager
 def tenant_lock(db_path: Path, tenant: str, holder: str) -> Iterator[None]:
     path = lock_path(db_path, tenant)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise BackendError(
+            f"cannot open the reflection lock file {path} ({exc.strerror}); nothing was changed: "
+            + ("the disk is full, free some space and retry" if exc.errno == errno.ENOSPC else "check the folder")
+        ) from None
     try:
         if not _try_lock(fd):
             try:
@@ -66,8 +73,11 @@ def tenant_lock(db_path: Path, tenant: str, holder: str) -> Iterator[None]:
             )
         try:
             if sys.platform != "win32":
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{holder} pid {os.getpid()}".encode())
+                # Who holds the lock only explains a refusal to others; a full disk must not stop
+                # the run here (its writes then fail with the database's own error).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f"{holder} pid {os.getpid()}".encode())
             yield
         finally:
             _unlock(fd)

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engramdb.errors import SchemaVersionError
+from engramdb.errors import BackendError, SchemaVersionError
 from engramdb.retrieval.keywords import cue_terms
 
 
@@ -238,8 +238,19 @@ def migrate(db: sqlite3.Connection, now: Callable[[], float] = time.time) -> int
         db.execute(
             "CREATE TABLE IF NOT EXISTS engram_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
         )
-        row = db.execute("SELECT max(version) FROM engram_migrations").fetchone()
-        current = int(row[0] or 0)
+        row = db.execute(
+            "SELECT max(version), count(DISTINCT CASE WHEN version BETWEEN 1 AND ? THEN version END) "
+            "FROM engram_migrations",
+            (code_version(),),
+        ).fetchone()
+        current = row[0] or 0
+        # This code's migrations are recorded 1, 2, … with no gap, up to the file's version: a text
+        # version or a gap among them is a damaged page read back, not a newer file.
+        if not isinstance(current, int) or current < 0 or row[1] != min(current, code_version()):
+            raise BackendError(
+                f"the database file is damaged: its migration records have a gap or a bad version "
+                f"(highest {current!r}); restore it from a backup"
+            )
         if current > code_version():
             raise SchemaVersionError(
                 f"this database has schema version {current}, newer than this engramdb knows ({code_version()}); "

@@ -35,6 +35,13 @@ def _bare(name: str | None) -> str | None:
     return name
 
 
+#: what a Python int past SQLite's 64-bit integers gets (the driver's own OverflowError says less)
+_INT_RANGE = "a parameter is an integer outside SQLite's 64-bit range (-2**63 .. 2**63-1); pass it as a str or a float"
+_NOT_UNICODE = "the SQL or a parameter holds a lone surrogate, which is not valid text; pass bytes for binary data"
+#: what a statement can raise: the driver's errors, and the checks it makes while binding parameters
+_DRIVER_ERRORS = (sqlite3.Error, OverflowError, UnicodeEncodeError)
+
+
 class SqliteScope(MemoryScope):
     """Raw SQL over the tables of one namespace: ``shared_*`` or ``private_<agent>_*`` (the SQLite
     `engramdb.storage.ports.MemoryScope`).
@@ -123,7 +130,7 @@ class SqliteScope(MemoryScope):
         try:
             cur = conn.raw.execute(sql, () if params is None else params)
             rows = fetch_capped(cur, self._settings)
-        except sqlite3.Error as exc:
+        except _DRIVER_ERRORS as exc:
             raise self._failure(exc, conn) from None
         return _result(ExecResult, (cur.rowcount, cur.lastrowid, rows))
 
@@ -147,6 +154,8 @@ class SqliteScope(MemoryScope):
         stmt = classify(sql)
         if stmt.kind is not Kind.WRITE:
             raise ScopeViolation("executemany() runs INSERT, REPLACE, UPDATE or DELETE statements only")
+        if isinstance(seq_of_params, (str, bytes)) or not isinstance(seq_of_params, Iterable):
+            raise SqlError(f"executemany() takes a list of parameter sets, got {type(seq_of_params).__name__}")
         if stmt.reserved:
             self._check_reserved(stmt)
         return self._run(sql, stmt, lambda raw: raw.executemany(sql, seq_of_params), many=True)
@@ -181,7 +190,7 @@ class SqliteScope(MemoryScope):
                     yield rows
                 if len(rows) < batch:
                     return
-        except sqlite3.Error as exc:
+        except _DRIVER_ERRORS as exc:
             raise self._failure(exc, conn) from None
         finally:
             if cur is not None:
@@ -189,8 +198,8 @@ class SqliteScope(MemoryScope):
 
     def read_page(self, sql: str, params: Params = None, *, limit: int) -> Page:
         """Run one read; at most `limit` rows, their column names, and whether more were left."""
-        if limit < 1:
-            raise ValidationError("limit must be at least 1")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValidationError(f"limit must be a whole number of rows, 1 or more, got {limit!r}")
         stmt = classify(sql)
         if stmt.kind is not Kind.READ:
             raise ScopeViolation("read_page() runs SELECT statements only")
@@ -206,7 +215,7 @@ class SqliteScope(MemoryScope):
             cur = conn.raw.execute(sql, () if params is None else params)
             columns = tuple(d[0] for d in cur.description or ())
             rows = cur.fetchmany(limit + 1)
-        except sqlite3.Error as exc:
+        except _DRIVER_ERRORS as exc:
             raise self._failure(exc, conn) from None
         finally:
             if cur is not None:
@@ -230,7 +239,7 @@ class SqliteScope(MemoryScope):
         conn.started = None
         try:
             return fetch_capped(conn.raw.execute(sql, () if params is None else params), self._settings)
-        except sqlite3.Error as exc:
+        except _DRIVER_ERRORS as exc:
             raise self._failure(exc, conn) from None
 
     def _check_reserved(self, stmt: Statement) -> None:
@@ -275,7 +284,7 @@ class SqliteScope(MemoryScope):
             try:
                 cur = run(conn.raw)
                 rows = fetch_capped(cur, self._settings)
-            except sqlite3.Error as exc:
+            except _DRIVER_ERRORS as exc:
                 raise self._failure(exc, conn) from None
             # The driver reports no row count for a write behind WITH; the connection knows it.
             rowcount = conn.raw.total_changes - before if stmt.cte_write else cur.rowcount
@@ -285,7 +294,7 @@ class SqliteScope(MemoryScope):
             try:
                 cur = run(conn.raw)
                 rows = fetch_capped(cur, self._settings)
-            except sqlite3.Error as exc:
+            except _DRIVER_ERRORS as exc:
                 raise self._failure(exc, conn) from None
             if stmt.is_ddl:
                 self._check_foreign_keys(conn, stmt)
@@ -293,7 +302,13 @@ class SqliteScope(MemoryScope):
         rowcount = conn.raw.total_changes - before if stmt.cte_write else cur.rowcount
         return ExecResult(rowcount, cur.lastrowid, rows)
 
-    def _failure(self, exc: sqlite3.Error, conn: Conn) -> Exception:
+    def _failure(self, exc: Exception, conn: Conn) -> Exception:
+        # The driver's own checks while binding, before SQLite ran anything:
+        if isinstance(exc, OverflowError):
+            return SqlError(_INT_RANGE)
+        if isinstance(exc, UnicodeEncodeError):
+            return SqlError(_NOT_UNICODE)
+        assert isinstance(exc, sqlite3.Error)
         err = convert(exc, conn)
         # An interrupted write makes SQLite roll back the whole transaction: say so.
         if isinstance(err, ResourceLimitExceeded) and self._store.last_holder is conn and not conn.raw.in_transaction:
@@ -322,7 +337,7 @@ class SqliteScope(MemoryScope):
             policy.begin(Kind.READ)
             try:
                 conn.raw.execute(f"SELECT ({expr}) WHERE 0").fetchall()
-            except sqlite3.Error as exc:
+            except _DRIVER_ERRORS as exc:
                 raise self._failure(exc, conn) from None
             finally:
                 policy.begin(stmt.kind)

@@ -1,0 +1,80 @@
+"""The argument checks of `DynamicMemoryEngine`: every option refused before a file is opened.
+
+A wrong option is a `ConfigError` (a `CallerError`, so also a `ValueError`) naming the option,
+what it got and what it takes; nothing is created on disk when one is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from engramdb.embeddings.base import Embedder
+from engramdb.errors import ConfigError
+from engramdb.memories.forgetting import ForgettingPolicy
+from engramdb.memories.model import Limits, check_path
+from engramdb.memories.scoring import ScoringConfig
+
+#: SQLite takes its busy timeout in int milliseconds (2**31 - 1 ms is 24.8 days)
+MAX_SECONDS = 24 * 86400.0
+
+
+def check_seconds(name: str, value: object) -> float:
+    """`value` as a positive, finite number of seconds up to `MAX_SECONDS`, else `ConfigError`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_SECONDS
+    ):
+        raise ConfigError(f"{name} must be a positive number of seconds (at most 24 days), got {value!r}")
+    return float(value)
+
+
+def _instance(name: str, value: object, kind: type, what: str) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise ConfigError(f"{name} must be {what} or None, got {type(value).__name__}")
+
+
+def check_engine_options(path: object, options: Mapping[str, Any]) -> None:
+    """Refuse a wrong `DynamicMemoryEngine` argument with a `ConfigError` that names it."""
+    if not isinstance(path, (str, os.PathLike)) and not all(
+        callable(getattr(path, method, None)) for method in ("migrate", "close", "scope")
+    ):
+        raise ConfigError(
+            f"path must be a database file path, a postgresql:// URL or a storage Backend, got {type(path).__name__}"
+        )
+    if isinstance(path, (str, os.PathLike)):
+        check_path("path", path, ConfigError)
+    for flag in ("enable_embeddings", "vector_file"):
+        if not isinstance(options[flag], bool):
+            raise ConfigError(f"{flag} must be True or False, got {options[flag]!r}")
+    if not callable(options["clock"]):
+        raise ConfigError(f"clock must be a callable returning epoch seconds, got {type(options['clock']).__name__}")
+    for name in ("busy_timeout", "statement_timeout"):
+        check_seconds(name, options[name])
+    size = options["max_value_bytes"]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"max_value_bytes must be a whole number of bytes >= 1, got {size!r}")
+    _instance("embedder", options["embedder"], Embedder, "an Embedder")
+    memory_embedder = options["memory_embedder"]
+    if memory_embedder != "default" and memory_embedder is not None and not isinstance(memory_embedder, Embedder):
+        raise ConfigError(f'memory_embedder must be "default", an Embedder, or None, got {memory_embedder!r}')
+    _instance("scoring", options["scoring"], ScoringConfig, "a ScoringConfig")
+    _instance("forgetting", options["forgetting"], ForgettingPolicy, "a ForgettingPolicy")
+    _instance("limits", options["limits"], Limits, "a Limits")
+    threshold = options["dedup_threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise ConfigError(
+            f"dedup_threshold must be a cosine (a finite number; above 1 never merges), got {threshold!r}"
+        )
+    vector_index: str | Callable[[int], object] = options["vector_index"]
+    if not callable(vector_index) and vector_index not in ("auto", "exact", "ann"):
+        raise ConfigError(
+            f'vector_index must be "auto", "exact", "ann" or a callable making an index, got {vector_index!r}'
+        )
+
+
+__all__ = ["check_engine_options", "check_seconds"]

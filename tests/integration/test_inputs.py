@@ -155,3 +155,22 @@ def test_a_runaway_select_stops_at_the_result_cap(make_engine: Callable[..., Dyn
     assert shared.query("SELECT x FROM shared_t") == [(1,)]
     with pytest.raises(ConfigError, match="max_result_rows"):
         make_engine("other", max_result_rows=0)
+
+
+def test_values_the_driver_cannot_bind_are_sql_errors_on_every_backend(engine: DynamicMemoryEngine) -> None:
+    from engramdb import SqlError
+
+    shared = engine.get_shared_scope()
+    shared.execute("CREATE TABLE shared_t (id bigint PRIMARY KEY, v text)")
+    for params in [(1 << 70, "x"), (1, "\udc80 lone surrogate")]:
+        for call in (shared.execute, shared.query):
+            with pytest.raises(SqlError):
+                call("INSERT INTO shared_t (id, v) VALUES (?, ?)", params)
+    for bad in (object(), 5):
+        with pytest.raises(SqlError):
+            shared.executemany("INSERT INTO shared_t (id, v) VALUES (?, ?)", bad)  # type: ignore[arg-type]
+    assert shared.query("SELECT count(*) FROM shared_t") == [(0,)]
+    me = engine.agent("alice")
+    me.remember("a memory to recall")
+    with pytest.raises(ValidationError):
+        me.recall("memory", trace_ref="\udc80")

@@ -482,3 +482,17 @@ def test_a_non_superuser_owner_opens_the_engine_and_is_bound_by_the_wall(url: st
         assert pg.execute("SELECT count(*) FROM engram.engram_memories").fetchone()[0] == 0
         pg.execute("SELECT set_config('engramdb.tenant', 'acme', false)")
         assert pg.execute("SELECT tenant, count(*) FROM engram.engram_memories GROUP BY 1").fetchall() == [("acme", 1)]
+
+
+def test_the_engine_keeps_working_after_scopes_harden_the_database(make_engine: Any) -> None:
+    """Making a raw-SQL scope hardens the database (revokes from PUBLIC what a scope role could
+    use); the engine's own role is given back what it needs (the tenant setting, locks, pgvector's
+    type in public), so memories, reflection and recall go on as before."""
+    eng = make_engine(memory_embedder=fake_embedder())
+    eng.get_shared_scope().execute("CREATE TABLE shared_notes (id bigint PRIMARY KEY, body text)")
+    me = eng.agent("alice")
+    m = me.remember("the scopes were hardened first")
+    assert me.recall("hardened scopes", k=1)[0].memory.id == m.id
+    assert me.reflect(steps=["link"]).step("link").errors == 0
+    with eng.backend.tenant_lock("default", "alice"):
+        pass

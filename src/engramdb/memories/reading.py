@@ -208,6 +208,8 @@ def check_trace_ref(trace_ref: object) -> None:
     """A trace reference is a str (a span or run id the caller's tracing knows) or None."""
     if trace_ref is not None and (not isinstance(trace_ref, str) or len(trace_ref) > 1000):
         raise ValidationError(f"trace_ref must be a str of at most 1000 characters, or None, got {trace_ref!r:.80}")
+    if trace_ref is not None:
+        mm.check_text("trace_ref", trace_ref, 1000)
 
 
 def check_k(k: object, hops: object) -> None:

@@ -44,7 +44,7 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
-from engramdb.errors import BackendError, ConstraintError, EngramError, SqlError
+from engramdb.errors import BackendError, ConstraintError, EngramError, SqlError, ValidationError
 
 #: every engine table lives in this schema (USAGE revoked from PUBLIC)
 SCHEMA = "engram"
@@ -160,6 +160,13 @@ def translate() -> Iterator[None]:
         yield
     except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
         raise convert(exc) from None
+    except UnicodeEncodeError as exc:
+        if exc.reason != "surrogates not allowed":
+            raise
+        # psycopg encodes text before anything is sent: nothing ran
+        raise ValidationError(
+            "a text value holds a lone surrogate, which is not valid text; nothing was stored"
+        ) from None
 
 
 # -- the store ---------------------------------------------------------------------------------

@@ -54,6 +54,17 @@ _LOCK_KEY = 0x656E6772616D  # "engram"
 #: directories, and lookups by oid that print names or definitions of other schemas' objects.
 #: (``pg_get_expr`` stays: it needs a node tree that only the revoked catalogs hold, and
 #: ``information_schema.columns`` calls it as the querying role.)
+#: the revoked functions the engine's own statements call (granted back to the engine's role)
+ENGINE_FUNCTIONS = (
+    "set_config",
+    "pg_advisory_lock",
+    "pg_advisory_unlock",
+    "pg_try_advisory_lock",
+    "pg_advisory_xact_lock",
+    "pg_try_advisory_xact_lock",
+    "pg_advisory_unlock_all",
+)
+
 REVOKED_FUNCTIONS = (
     "set_config",
     "pg_notify",
@@ -284,6 +295,7 @@ def harden(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
         conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(database))
         conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+        _grant_engine(conn, database, functions=False)
         if not superuser:
             missing = _unhardened(conn)
             if missing:
@@ -302,6 +314,33 @@ def harden(conn: psycopg.Connection[Any]) -> None:
             (list(REVOKED_FUNCTIONS),),
         ).fetchall():
             conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(sql.SQL(signature)))
+        _grant_engine(conn, database, functions=True)
+
+
+def _grant_engine(conn: psycopg.Connection[Any], database: sql.Identifier, *, functions: bool) -> None:
+    """Give the engine's own role (`engramdb.storage.postgres.migrations`: the role engine
+    statements run as) back what hardening took from PUBLIC and the engine uses: the database,
+    the ``public`` schema (pgvector's type lives there), the catalogs, and the functions it calls
+    (``set_config`` for the tenant setting, advisory locks for reflection)."""
+    found = conn.execute(
+        "SELECT value FROM engram.engram_meta WHERE key = 'engine_role'"
+        if _one(conn, "SELECT to_regclass('engram.engram_meta') IS NOT NULL")
+        else "SELECT NULL WHERE false"
+    ).fetchone()
+    if found is None or not found[0]:
+        return
+    role = sql.Identifier(str(found[0]))
+    conn.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(database, role))
+    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(role))
+    if not functions:
+        return
+    conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA pg_catalog TO {}").format(role))
+    for (signature,) in conn.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace "
+        "AND p.proname = ANY(%s)",
+        (list(ENGINE_FUNCTIONS),),
+    ).fetchall():
+        conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(sql.SQL(signature), role))
 
 
 def _unhardened(conn: psycopg.Connection[Any]) -> list[str]:

@@ -184,7 +184,12 @@ class PostgresScope(MemoryScope):
         stmt = self._admit(sql)
         if stmt.kind is not Kind.WRITE:
             raise ScopeViolation("executemany() runs INSERT, REPLACE, UPDATE or DELETE statements only")
-        batches = list(seq_of_params)
+        try:
+            batches = list(seq_of_params)
+        except TypeError:
+            raise SqlError(
+                f"executemany() needs a sequence of parameter sets, got {type(seq_of_params).__name__}"
+            ) from None
         converted = [translate(sql, p) for p in batches]
         query = converted[0][0] if converted else translate(sql, ())[0]
         args = [a for _, a in converted]

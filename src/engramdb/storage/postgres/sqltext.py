@@ -140,6 +140,14 @@ def lexers_agree(sql: str) -> bool:
     return ours == theirs
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def translate(sql: str, params: Params) -> tuple[str, Any]:
     """`sql` for psycopg with `params`: ``?`` → ``%s`` for a sequence, ``:name`` → ``%(name)s`` for
     a mapping, every ``%`` → ``%%``; nothing else changes."""
@@ -151,7 +159,15 @@ def translate(sql: str, params: Params) -> tuple[str, Any]:
     elif isinstance(params, (str, bytes)):
         raise SqlError("params must be a sequence or a mapping of values, not a single string")
     else:
-        args = list(params)
+        try:
+            args = list(params)
+        except TypeError:
+            raise SqlError(f"params must be a sequence or a mapping of values, got {type(params).__name__}") from None
+    for i, value in enumerate(args.values() if named else args):
+        if isinstance(value, str) and not _encodable(value):
+            raise SqlError(f"parameter {i + 1} is not valid text (a lone surrogate); nothing ran")
+    if not _encodable(sql):
+        raise SqlError("the SQL is not valid text (a lone surrogate); nothing ran")
     out: list[str] = []
     last = 0
     for kind, a, b in pg_lex(sql):

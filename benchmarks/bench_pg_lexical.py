@@ -20,7 +20,14 @@ For the same queries and the same `Visibility`:
   The statements run through the engine's own connection (`backend.store.run(tenant, …)`): as the
   engine role, which has no BYPASSRLS, with ``engramdb.tenant`` set, so row-level security applies
   exactly as to the engine's statements. The indexes are built by the admin URL's role (the tables'
-  owner), as a migration would.
+  owner), as a migration would. The stored-column layout is also run on the admin URL's connection
+  when that role is a superuser (``*_superuser`` rows: RLS not applied, the same predicate inside),
+  because under RLS the planner cannot use the GIN index (``@@`` is not LEAKPROOF): those rows show
+  what the index itself would cost. ``plan_uses_index`` records what EXPLAIN chose for each.
+
+Then LoCoMo (``--locomo-data``; skipped when the file is missing, or with ``--no-locomo``): each
+conversation a tenant of its own, its turns stored as `bench_locomo.py` stores them (no links),
+questions of categories 1-4 asked in their conversation's tenant, the evidence turns as gold.
 
 Reported: recall@10 of the lexical candidates alone (k = 10); recall@50 (the candidate pool recall
 asks each channel for, `ScoringConfig().candidates`) and recall@100, both read from the k = 100
@@ -28,7 +35,7 @@ list; p50 / p99 per query at k = 10 and k = 100 (no query embedding: the engine 
 memory embedder); index build time and size. The expression-index layout is timed on the first
 ``--expression-queries`` queries only (it re-parses every matching memory per query).
 
-    python benchmarks/bench_pg_lexical.py                     # 10k and 100k, a few minutes on 2 cores
+    python benchmarks/bench_pg_lexical.py                     # 10k, 100k and LoCoMo: ~4 min on 2 cores
     python benchmarks/bench_pg_lexical.py --sizes 10000
 
 Prints a table and writes benchmarks/results/pg_lexical.json (commit, clean or dirty tree,

@@ -24,6 +24,7 @@ from engramdb.memories.model import Confidentiality, Limits
 from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.runtime import Runtime, default_embedder
 from engramdb.memories.scoring import ScoringConfig
+from engramdb.observability import otel
 from engramdb.retrieval.recall import Recaller
 from engramdb.scopes.namespace import ENGINE_PREFIX, Namespace, ascii_lower
 from engramdb.storage.ports import Backend, MemoryScope
@@ -267,7 +268,10 @@ class DynamicMemoryEngine:
             with self._scopes_lock:
                 scope = self._scopes.get(key)
                 if scope is None:
-                    scope = self._scopes[key] = self._backend.scope(namespace, self._embedder, tenant=tenant)
+                    scope = self._backend.scope(namespace, self._embedder, tenant=tenant)
+                    if otel.scope_sql():
+                        scope = otel.TracedScope(scope)
+                    self._scopes[key] = scope
         return scope
 
     def list_all_tables(self, *, include_engine: bool = False) -> list[str]:

@@ -89,3 +89,25 @@ def test_a_failure_is_recorded_on_its_span(eng: DynamicMemoryEngine, spans: InMe
     (span,) = _by_name(spans, "engramdb.remember")
     assert span.status.status_code is StatusCode.ERROR
     assert span.events[0].name == "exception"
+
+
+def test_scope_sql_spans_are_opt_in_and_carry_no_sql_text(make_engine: Any, spans: InMemorySpanExporter) -> None:
+    plain = make_engine("plain").get_shared_scope()
+    plain.execute("CREATE TABLE shared_t (v TEXT)")
+    assert _by_name(spans, "engramdb.scope_sql") == []  # off by default: a span costs more than the call
+    otel.configure(scope_sql=True)
+    try:
+        traced = make_engine("traced").get_shared_scope()
+        traced.execute("CREATE TABLE shared_t (v TEXT)")
+        traced.executemany("INSERT INTO shared_t VALUES (?)", [(SECRET,), ("b",)])
+        assert traced.query("SELECT v FROM shared_t ORDER BY v") == [(SECRET,), ("b",)]
+        assert [len(b) for b in traced.stream("SELECT v FROM shared_t", batch=1)] == [1, 1]
+        with traced.transaction():
+            traced.execute("INSERT INTO shared_t VALUES ('c')")
+    finally:
+        otel.configure(scope_sql=False)
+    got = _by_name(spans, "engramdb.scope_sql")
+    calls = [s.attributes["engramdb.call"] for s in got]
+    assert calls == ["execute", "executemany", "query", "stream", "execute"]
+    assert got[2].attributes["engramdb.rows"] == 2 and got[0].attributes["engramdb.namespace"] == "shared"
+    assert all("engramdb.sql" not in s.attributes and SECRET not in repr(dict(s.attributes)) for s in got)

@@ -53,6 +53,8 @@ class LexicalChannel:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        #: (mask key, visible count, {term: document frequency}) of the last `search`
+        self._last_df: tuple[tuple[object, ...], int, dict[int, int]] | None = None
         self._seen = -1
         self.cols = VisibilityColumns()
         self._size = 0  # 1 + the largest key seen
@@ -88,6 +90,7 @@ class LexicalChannel:
             if rows:
                 self._ensure(1 + max(r[0] for r in rows))
                 self._apply(rows)
+                self._last_df = None  # postings changed: document frequencies with them
             self._seen = latest
 
     def _ensure(self, size: int) -> None:
@@ -244,11 +247,20 @@ class LexicalChannel:
             hits = np.zeros(len(ks), dtype=np.int64)
             covered = np.zeros(len(ks), dtype=np.float64)
             total = 0.0
-            n_seen = int(np.count_nonzero(seen))
+            memo = self._last_df
+            if memo is not None and memo[0] == (self.cols.version, n, vis, types):
+                n_seen, known_df = memo[1], memo[2]
+            else:
+                n_seen, known_df = int(np.count_nonzero(seen)), {}
             for s in distinct:
                 t = self._vocab.get(s)
                 held = self._holds(t, ks) if t is not None and len(ks) else None
-                df = int(np.count_nonzero(seen[self._postings(t)])) if t is not None else 0
+                if t is None:
+                    df = 0
+                elif t in known_df:
+                    df = known_df[t]
+                else:
+                    df = int(np.count_nonzero(seen[self._postings(t)]))
                 idf = math.log1p((n_seen - df + 0.5) / (df + 0.5))
                 total += idf
                 if held is not None:
@@ -302,12 +314,16 @@ class LexicalChannel:
             avglen = float(np.dot(self._length[:n], mask)) / visible
             keys: list[npt.NDArray[np.int32]] = []
             idfs: list[float] = []
+            dfs: dict[int, int] = {}
             for t in known:
                 ids = self._postings(t)
                 ids = ids[mask[ids]]
+                dfs[t] = len(ids)
                 if len(ids):
                     keys.append(ids)
                     idfs.append(float(np.log1p((visible - len(ids) + 0.5) / (len(ids) + 0.5))))
+            # `fields` of the same recall needs these document frequencies again (for coverage)
+            self._last_df = ((self.cols.version, n, vis, types), visible, dfs)
             if not keys:
                 return {}
             all_keys = np.concatenate(keys)

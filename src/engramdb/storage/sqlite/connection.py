@@ -68,6 +68,10 @@ class SqliteSettings:
 _CHUNK = 256
 
 
+#: rows fetched at first by the scope's hot paths: a result shorter than this is complete
+FIRST_CHUNK = _CHUNK
+
+
 def fetch_capped(cur: sqlite3.Cursor, settings: SqliteSettings) -> list[Any]:
     """The rows of `cur`, or `ResourceLimitExceeded` as soon as they pass the settings' row or
     byte cap (so a runaway SELECT never fills memory)."""
@@ -76,6 +80,11 @@ def fetch_capped(cur: sqlite3.Cursor, settings: SqliteSettings) -> list[Any]:
     rows = cur.fetchmany(_CHUNK)
     if len(rows) < _CHUNK:
         return rows  # the common case: one call, nothing counted
+    return fetch_rest(cur, rows, settings)
+
+
+def fetch_rest(cur: sqlite3.Cursor, rows: list[Any], settings: SqliteSettings) -> list[Any]:
+    """`rows` (the first full chunk of `cur`) and the rest, within the settings' caps."""
     max_rows, max_bytes = settings.max_result_rows, settings.max_result_bytes
     size = _size(rows)
     while True:

@@ -15,7 +15,15 @@ from engramdb.errors import ResourceLimitExceeded, ScopeViolation, SqlError, Val
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import ExecResult, MemoryScope, Page, Params, Row, RowVectorStore
-from engramdb.storage.sqlite.connection import Conn, SqliteStore, convert, fetch_capped, translate
+from engramdb.storage.sqlite.connection import (
+    FIRST_CHUNK,
+    Conn,
+    SqliteStore,
+    convert,
+    fetch_capped,
+    fetch_rest,
+    translate,
+)
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
@@ -129,7 +137,10 @@ class SqliteScope(MemoryScope):
         conn.started = None
         try:
             cur = conn.raw.execute(sql, () if params is None else params)
-            rows = fetch_capped(cur, self._settings)
+            # fetch_capped, inlined: the hot path pays one fetch for a short result
+            rows = cur.fetchmany(FIRST_CHUNK) if cur.description is not None else []
+            if len(rows) == FIRST_CHUNK:
+                rows = fetch_rest(cur, rows, self._settings)
         except _DRIVER_ERRORS as exc:
             raise self._failure(exc, conn) from None
         return _result(ExecResult, (cur.rowcount, cur.lastrowid, rows))
@@ -238,7 +249,9 @@ class SqliteScope(MemoryScope):
         policy.denial = None
         conn.started = None
         try:
-            return fetch_capped(conn.raw.execute(sql, () if params is None else params), self._settings)
+            cur = conn.raw.execute(sql, () if params is None else params)
+            rows = cur.fetchmany(FIRST_CHUNK) if cur.description is not None else []
+            return rows if len(rows) < FIRST_CHUNK else fetch_rest(cur, rows, self._settings)
         except _DRIVER_ERRORS as exc:
             raise self._failure(exc, conn) from None
 

@@ -62,6 +62,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 
 import corpus  # noqa: E402
+import locomo  # noqa: E402
 from peers._common import latency_stats  # noqa: E402
 
 DOC = "title || ' ' || content"
@@ -186,7 +187,6 @@ def run_locomo(args: argparse.Namespace) -> dict[str, Any]:
     links); questions of categories 1-4, asked in their conversation's tenant; gold = evidence turns."""
     import psycopg
 
-    import locomo
     from engramdb import DynamicMemoryEngine
     from engramdb.memories.model import Visibility
     from tests import pg_server
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--locomo-data",
         type=Path,
-        default=Path("/work/shared/data/locomo/locomo10.json"),
+        default=locomo.DEFAULT_DATA,
         help="LoCoMo's locomo10.json (skipped when missing)",
     )
     ap.add_argument("--no-locomo", action="store_true", help="the synthetic corpus only")

@@ -32,7 +32,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_DATA = Path("/work/shared/data/locomo/locomo10.json")
+#: the shared copy beside the repository (`shared/data/locomo/`); pass another with --data
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
 SOURCE = "https://github.com/snap-research/locomo (data/locomo10.json, CC BY-NC 4.0)"
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 TURN_SPACING = 30.0  # seconds between consecutive turns of one session (the data gives no times)

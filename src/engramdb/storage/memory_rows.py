@@ -1,4 +1,5 @@
-"""A memory row as both SQL backends store it: its columns, and the `Memory` a row reads back as.
+"""A memory row as both SQL backends store it: its columns, the `Memory` a row reads back as, and
+the `Visibility` rule as a SQL condition over it.
 
 Shared by the SQLite and PostgreSQL adapters (the tables have the same columns; JSON text for
 tags, entities and refs, the packed access ring as bytes)."""
@@ -9,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from engramdb.memories.model import Confidentiality, Memory, MemoryRef, MemoryType, TodoStatus
+from engramdb.memories.model import Confidentiality, Memory, MemoryRef, MemoryType, TodoStatus, Visibility
 from engramdb.memories.text import unpack_times
 
 MEMORY_COLUMNS = (
@@ -63,3 +64,27 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
         older_newest=old_newest,
         older_oldest=old_oldest,
     )
+
+
+def visibility_predicate(vis: Visibility, alias: str, placeholder: str) -> tuple[str, dict[str, Any]]:
+    """`vis` as a SQL condition over the memory table (to AND into a WHERE) and its parameters,
+    whose names start ``v_``. `placeholder` is the dialect's form of a named parameter, with
+    ``{}`` for the name (SQLite ``:{}``, psycopg ``%({})s``); everything else is standard SQL."""
+    a, p = alias, placeholder.format
+    parts = [f"{a}.tenant = {p('v_tenant')}", f"{a}.confidentiality <= {p('v_cap')}"]
+    params: dict[str, Any] = {"v_tenant": vis.tenant, "v_cap": int(vis.cap)}
+    if vis.own_only:
+        parts.append(f"{a}.owner = {p('v_reader')}")
+        params["v_reader"] = vis.reader
+    elif not vis.cross_agent:
+        parts.append(f"({a}.owner = '' OR {a}.owner = {p('v_reader')})")
+        params["v_reader"] = vis.reader
+    if not vis.include_archived:
+        parts.append(f"{a}.archived = 0")
+    if vis.as_of is not None:
+        parts.append(
+            f"({a}.valid_from IS NULL OR {a}.valid_from <= {p('v_as_of')}) "
+            f"AND ({a}.valid_to IS NULL OR {a}.valid_to > {p('v_as_of')})"
+        )
+        params["v_as_of"] = vis.as_of
+    return " AND ".join(parts), params

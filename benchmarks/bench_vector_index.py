@@ -57,7 +57,8 @@ import numpy.typing as npt
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
-DEFAULT_DATA = Path("/work/shared/data/locomo/locomo10.json")
+#: the shared copy beside the repository (as benchmarks/locomo.py); pass another with --data
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
 RESULTS = BENCH / "results" / "vector_index.json"
 DEFAULT_CACHE = Path(os.environ.get("ENGRAMDB_BENCH_CACHE", "/tmp/engramdb-bench-cache"))
 K = 10

@@ -26,6 +26,10 @@ format: $(PY)
 typecheck: $(PY)
 	$(PY) -m mypy
 
+# Every benchmark writes to benchmarks/out/ (untracked; ENGRAMDB_BENCH_OUT moves it), each results file
+# with its provenance (commit, clean tree or not, machine, load, command). The committed figures in
+# benchmarks/results/ change only when a script is given --out benchmarks/results/... on purpose.
+#
 # The fast subset (about a minute on 2 cores): the SQL engine against bare sqlite3 and naqsha; recall,
 # reflection and scale at 10k; LoCoMo against grep and FTS5. The peers that take minutes (nooa; naqsha
 # on LoCoMo) and the larger sizes are in bench-full.

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import multiprocessing
 import os
 import platform
@@ -48,6 +47,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 
 import corpus  # noqa: E402
+import provenance  # noqa: E402
 from peers._common import latency_stats  # noqa: E402
 
 AGENT = "bench"
@@ -304,9 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedder", choices=["default", "fake"], default="default")
     ap.add_argument("--hnsw", action="store_true", help="also measure a pgvector HNSW index (built after recall)")
     ap.add_argument("--pg-url", default=None, help="an admin URL of a running server (default: pgserver)")
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "backends.json")
+    ap.add_argument("--out", type=Path, default=None, help="file or folder (default: benchmarks/out/)")
     args = ap.parse_args(argv)
     command = "python benchmarks/bench_backends.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    block = provenance.provenance()
     meta = {
         **git_state(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",
@@ -327,8 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         if (pg, n) in by and ("sqlite", n) in by
     }
     result = {**meta, "recall_p50_ratio_pg_over_sqlite": ratios, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    provenance.write_json(provenance.out_path("backends.json", args.out), result, block)
     print(table(rows))
     print(f"recall p50 PostgreSQL / SQLite: {ratios}   ({meta['commit']}, {meta['tree']} tree, {meta['machine']})")
     return 0

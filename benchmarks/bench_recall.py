@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import corpus  # noqa: E402
+import provenance  # noqa: E402
 from engramdb import DynamicMemoryEngine  # noqa: E402
 
 SINGLE = 2000  # memories remembered one call each; the rest go in batches of BATCH
@@ -192,7 +193,7 @@ def main() -> None:
     ap.add_argument("--peer-sizes", type=int, nargs="*", default=[10_000])
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=provenance.OUT, help="folder (default: benchmarks/out/)")
     args = ap.parse_args()
     results = []
     for n in args.sizes:
@@ -209,7 +210,9 @@ def main() -> None:
     md = f"Machine: {machine}; {args.queries} queries per size, k = 10, hops = 1.\n\n" + table(results)
     print(md)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "recall.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
+    (args.out / "recall.json").write_text(
+        json.dumps(provenance.stamp({"machine": machine, "results": results}), indent=2)
+    )
     (args.out / "recall.md").write_text(md + "\n")
 
 

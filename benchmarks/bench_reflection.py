@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE))
 import numpy as np  # noqa: E402
 
 import corpus  # noqa: E402
+import provenance  # noqa: E402
 from engramdb import DynamicMemoryEngine  # noqa: E402
 from engramdb.memories.reflection import STEPS, ReflectionConfig, Reflector  # noqa: E402
 from engramdb.memories.text import pack_times  # noqa: E402
@@ -277,7 +278,7 @@ def main() -> None:
     ap.add_argument("--embedder", choices=["hashing", "static"], default="hashing")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=provenance.OUT, help="folder (default: benchmarks/out/)")
     args = ap.parse_args()
     results = []
     for n in args.sizes:
@@ -322,7 +323,9 @@ def main() -> None:
         )
     print(md)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "reflection.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2))
+    (args.out / "reflection.json").write_text(
+        json.dumps(provenance.stamp({"machine": machine, "results": results}), indent=2)
+    )
 
 
 if __name__ == "__main__":

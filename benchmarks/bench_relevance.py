@@ -34,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import locomo  # noqa: E402
+import provenance  # noqa: E402
 from bench_locomo import QUERY_DELAY, build_all  # noqa: E402
 from engramdb import DynamicMemoryEngine  # noqa: E402
 from engramdb.testing import FixedClock  # noqa: E402
@@ -68,7 +69,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA)
     ap.add_argument("--conversations", default="all")
     ap.add_argument("--thresholds", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=provenance.OUT, help="folder (default: benchmarks/out/)")
     args = ap.parse_args()
     if not args.data.exists():
         sys.exit(locomo.missing_data_message(args.data))
@@ -124,7 +125,9 @@ def main() -> None:
         "conversations": [h.conv.sample_id for h in hays],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "relevance.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (args.out / "relevance.json").write_text(
+        json.dumps(provenance.stamp({"meta": meta, "rows": rows}), indent=1) + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import corpus  # noqa: E402
+import provenance  # noqa: E402
 from peers._common import latency_stats, rss_peak_kb  # noqa: E402
 from scale_report import HOPS, SYSTEMS, TARGETS, K, markdown, plot  # noqa: E402
 
@@ -674,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", type=Path, default=None, help="reuse built databases kept here")
     ap.add_argument("--workdir", type=Path, default=None, help="where the databases are built (default: $TMPDIR)")
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=provenance.OUT, help="folder (default: benchmarks/out/)")
     ap.add_argument("--name", default="scale", help="results file stem")
     ap.add_argument("--worker", nargs=2, metavar=("ROLE", "CONFIG"), help=argparse.SUPPRESS)
     ap.add_argument("--prepare", nargs=4, metavar=("N", "SEED", "QUERIES", "OUT"), help=argparse.SUPPRESS)
@@ -715,7 +716,9 @@ def main(argv: list[str] | None = None) -> int:
         report["results"].append(row)
         report["total_s"] = round(time.perf_counter() - started, 1)
         # Written after every size, so a failure at 1M keeps the smaller sizes.
-        (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        (args.out / f"{args.name}.json").write_text(
+            json.dumps(provenance.stamp(report), indent=2) + "\n", encoding="utf-8"
+        )
         md = markdown(report)
         (args.out / f"{args.name}.md").write_text(md, encoding="utf-8")
         log(f"n={n:,} done in {row['wall_s']} s")

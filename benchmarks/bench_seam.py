@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import provenance  # noqa: E402
+
 ROOT = HERE.parent
 
 RECALL = ("remember_single_per_s", "remember_batch_per_s", "recall_p50_ms", "recall_p99_ms", "recall_at_10")
@@ -68,7 +72,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000])
     ap.add_argument("--sql-repeats", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=provenance.OUT, help="folder (default: benchmarks/out/)")
     args = ap.parse_args()
     trees = {
         "before": (args.before.resolve(), (args.before_python or args.before / ".venv" / "bin" / "python").absolute()),
@@ -111,7 +115,7 @@ def main() -> None:
         "table": table,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "seam.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "seam.json").write_text(json.dumps(provenance.stamp(result), indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import provenance  # noqa: E402
 from engramdb import DynamicMemoryEngine, MemoryRetriever, MemoryScope  # noqa: E402
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence  # noqa: E402
 from engramdb.retrieval.keywords import hits, keywords  # noqa: E402
@@ -303,7 +304,7 @@ def main() -> None:
     ap.add_argument("--autocommit", type=int, default=2000, help="rows inserted one transaction each")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-peer", action="store_true")
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=provenance.OUT, help="folder (default: benchmarks/out/)")
     args = ap.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-sql-") as tmp:
@@ -315,7 +316,7 @@ def main() -> None:
     print(md)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sql_engine.json").write_text(
-        json.dumps({"machine": machine, "repeats": args.repeats, "results": results}, indent=2)
+        json.dumps(provenance.stamp({"machine": machine, "repeats": args.repeats, "results": results}), indent=2)
     )
     (args.out / "sql_engine.md").write_text(md + "\n")
 

@@ -58,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import corpus  # noqa: E402
+import provenance  # noqa: E402
 from engramdb import Channel, Confidentiality, DynamicMemoryEngine  # noqa: E402
 from engramdb.agent import Agent  # noqa: E402
 from engramdb.memories.model import Visibility  # noqa: E402
@@ -150,7 +151,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3, help="times each query runs per configuration")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=provenance.OUT, help="folder (default: benchmarks/out/)")
     args = ap.parse_args()
     began = time.perf_counter()
 
@@ -294,7 +295,8 @@ def main() -> None:
         "results": rows,
         "verdict": verdict,
     }
-    (args.out / "tenancy.json").write_text(json.dumps(out, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tenancy.json").write_text(json.dumps(provenance.stamp(out), indent=2) + "\n")
 
 
 if __name__ == "__main__":

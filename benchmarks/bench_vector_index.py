@@ -55,11 +55,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import provenance
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 #: the shared copy beside the repository (as benchmarks/locomo.py); pass another with --data
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
-RESULTS = BENCH / "results" / "vector_index.json"
 DEFAULT_CACHE = Path(os.environ.get("ENGRAMDB_BENCH_CACHE", "/tmp/engramdb-bench-cache"))
 K = 10
 FRACTIONS = (0.1, 0.01)
@@ -406,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--budget", type=float, default=1500.0, help="seconds for all measurements")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=provenance.OUT / "vector_index.json")
     parser.add_argument(
         "--one", nargs=5, metavar=("METHOD", "SIZE", "VECTORS", "QUERIES", "LIMIT"), help=argparse.SUPPRESS
     )
@@ -456,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    args.out.write_text(json.dumps(provenance.stamp(report), indent=2) + "\n", encoding="utf-8")
     print(table(rows))
     print(f"\nwrote {args.out} ({report['total_s']} s; load average {report['machine']['loadavg_after']})")
     return 0

@@ -55,6 +55,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo
+import provenance
 from bench_locomo import QUERY_DELAY, Haystack, K, build_engramdb, rank_engramdb, run_fts5, run_grep
 from engramdb import DynamicMemoryEngine
 from engramdb.memories.scoring import ScoringConfig, temporal_context
@@ -63,7 +64,7 @@ from engramdb.retrieval.keywords import cue_terms, entity_token, keywords, query
 from engramdb.retrieval.when import windows_in
 from engramdb.testing import FixedClock
 
-OUT = Path(__file__).resolve().parent / "results" / "tuning.json"
+OUT = provenance.OUT / "tuning.json"
 #: spec 001's constants (nooa-memory's), the starting point of this work
 SPEC_DEFAULTS = ScoringConfig(
     lam=0.7,
@@ -590,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/tune_scorer.py" + ("" if argv is None else " " + " ".join(argv)),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    args.out.write_text(json.dumps(provenance.stamp(report), indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out} ({report['wall_s']:.0f} s)")
     return 0
 

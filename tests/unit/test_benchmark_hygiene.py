@@ -59,7 +59,9 @@ def test_the_untracked_output_folder_is_ignored() -> None:
 
 def test_provenance_block(tmp_path: Path) -> None:
     prov = _provenance()
-    block = prov.provenance(["benchmarks/bench_x.py", f"--data={REPO / 'benchmarks' / 'x.json'}", "/elsewhere/far/away.json"])
+    block = prov.provenance(
+        ["benchmarks/bench_x.py", f"--data={REPO / 'benchmarks' / 'x.json'}", "/elsewhere/far/away.json"]
+    )
     assert len(block["commit"]) in (7, 40) or block["commit"] == "unknown"
     assert block["tree"] in ("clean", "dirty")
     assert block["machine"]["cores"] >= 1

@@ -242,9 +242,10 @@ def graph(agent: Agent, memory_id: str, depth: int = 1) -> Data:
         raise ValidationError(f"depth must be 1 or 2, got {depth!r}")
     root = agent.get(memory_id, touch=False)
     nodes: dict[str, Memory] = {root.id: root}
+    level = {root.id: 0}  # edges away from the root: the rings of the drawing
     seen_edges: dict[tuple[str, str, str], Edge] = {}
     frontier = [root.id]
-    for _ in range(depth):
+    for hop in range(1, depth + 1):
         nxt = []
         for mid in frontier:
             for e in agent.edges(mid):
@@ -252,10 +253,11 @@ def graph(agent: Agent, memory_id: str, depth: int = 1) -> Data:
                 for end in (e.source, e.target):
                     if end not in nodes:
                         nodes[end] = agent.get(end, touch=False)
+                        level[end] = hop
                         nxt.append(end)
         frontier = nxt
     elements: list[Data] = [
-        {"data": {"id": m.id, "label": _label(m), "type": m.type.value, "root": m.id == root.id}}
+        {"data": {"id": m.id, "label": _label(m), "type": m.type.value, "root": m.id == root.id, "level": level[m.id]}}
         for m in nodes.values()
     ]
     elements += [

@@ -56,11 +56,13 @@
     const top = data.fetch_concentration * 100;
     bar("concentration", ["top 10% of memories", "the other 90%"],
       [{ label: "share of deliberate reads (%)", data: [top, data.reads ? 100 - top : 0], backgroundColor: [palette[0], palette[2]] }],
-      { options: Object.assign({}, opts, { scales: { y: { beginAtZero: true, max: 100 } } }) });
+      { options: Object.assign({}, opts, { scales: { y: { beginAtZero: true, max: 100, title: { display: true, text: "%" } } },
+        plugins: { legend: { display: false } } }) });
     const used = data.injected_then_used * 100;
     bar("injected", ["injected, later used", "injected, never used"],
       [{ label: "share of injected memories (%)", data: [used, data.injected ? 100 - used : 0], backgroundColor: [palette[1], palette[3]] }],
-      { options: Object.assign({}, opts, { scales: { y: { beginAtZero: true, max: 100 } } }) });
+      { options: Object.assign({}, opts, { scales: { y: { beginAtZero: true, max: 100, title: { display: true, text: "%" } } },
+        plugins: { legend: { display: false } } }) });
     const types = Object.keys(data.by_type);
     doughnut("types", types, types.map(function (t) { return data.by_type[t]; }));
   }
@@ -73,13 +75,19 @@
         const cy = cytoscape({
           container: box,
           elements: g.elements,
-          layout: { name: "cose", animate: false, randomize: false, nodeRepulsion: 9000, idealEdgeLength: 110 },
+          minZoom: 0.3,
+          maxZoom: 1.4,  // a small neighbourhood would otherwise be blown up to fill the box
+          layout: {
+            name: "concentric", animate: false, padding: 40, minNodeSpacing: 140, startAngle: Math.PI / 6,
+            concentric: function (n) { return 10 - n.data("level"); }, levelWidth: function () { return 1; },
+          },
           style: [
-            { selector: "node", style: { label: "data(label)", "font-size": 10, "text-wrap": "wrap", "text-max-width": 140,
-              "background-color": "#2563eb", color: "#1d2330", width: 18, height: 18 } },
-            { selector: "node[?root]", style: { "background-color": "#db2777", width: 26, height: 26 } },
-            { selector: "edge", style: { label: "data(label)", "font-size": 9, "curve-style": "bezier", "target-arrow-shape": "triangle",
-              width: 1.5, "line-color": "#9ca3af", "target-arrow-color": "#9ca3af", color: "#6b7280" } },
+            { selector: "node", style: { label: "data(label)", "font-size": 11, "text-wrap": "wrap", "text-max-width": 170,
+              "text-valign": "bottom", "text-margin-y": 5, "background-color": "#2563eb", color: "#1d2330", width: 20, height: 20 } },
+            { selector: "node[?root]", style: { "background-color": "#db2777", width: 28, height: 28, "font-weight": "bold" } },
+            { selector: "edge", style: { label: "data(label)", "font-size": 10, "curve-style": "bezier", "target-arrow-shape": "triangle",
+              width: 1.5, "line-color": "#9ca3af", "target-arrow-color": "#9ca3af", color: "#6b7280",
+              "text-background-color": "#ffffff", "text-background-opacity": 1, "text-background-padding": 2 } },
           ],
         });
         cy.on("tap", "node", function (ev) { window.location.href = "/memory/" + encodeURIComponent(ev.target.id()); });

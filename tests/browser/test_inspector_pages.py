@@ -108,7 +108,9 @@ def test_the_playground_finds_the_expected_top_hit(page: Page, server: Any, stor
     assert first.locator("a").get_attribute("href") == f"/memory/{store.ids['deploy']}"
     assert page.tab.locator("#hits tbody tr").count() == 3
     assert page.tab.locator("#near-misses tbody tr").count() >= 1
-    chart = page.tab.evaluate("() => { const c = Chart.getChart('scores'); return [c.data.labels.length, c.data.datasets.map(d => d.label)] }")
+    chart = page.tab.evaluate(
+        "() => { const c = Chart.getChart('scores'); return [c.data.labels.length, c.data.datasets.map(d => d.label)] }"
+    )
     assert chart == [3, ["rel", "rec", "imp", "when", "entity", "ctx", "spread"]]
     assert page.errors == []
 
@@ -124,4 +126,3 @@ def test_without_the_token_the_browser_is_refused(browser: Any, server: Any, sto
         assert tab.open(server.base + "/?token=wrong").status == 403
     finally:
         context.close()
-

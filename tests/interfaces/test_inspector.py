@@ -152,7 +152,9 @@ def test_a_hidden_memory_appears_nowhere(client: TestClient, store: Store) -> No
 
 def _snapshot(engine: DynamicMemoryEngine) -> Any:
     a = engine.agent("alice")
-    return [(m.id, m.strength, m.access_count, m.last_access, a.accesses(m.id)) for m in a.memories(include_archived=True)]
+    return [
+        (m.id, m.strength, m.access_count, m.last_access, a.accesses(m.id)) for m in a.memories(include_archived=True)
+    ]
 
 
 def test_a_full_crawl_changes_nothing(tmp_path: Path, store: Store) -> None:
@@ -231,7 +233,7 @@ def test_without_the_extra_it_says_which(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "starlette", None)
     with pytest.raises(MissingExtra) as info:
         inspector.create_app(object())  # type: ignore[arg-type]
-    assert info.value.extra == "inspect" and 'engramdb[inspect]' in str(info.value)
+    assert info.value.extra == "inspect" and "engramdb[inspect]" in str(info.value)
     from click.testing import CliRunner
 
     from engramdb.cli.app import cli
@@ -253,7 +255,11 @@ def test_the_command_prints_a_tokened_address_on_localhost(store: Store, tmp_pat
         with httpx.Client(follow_redirects=True, timeout=10) as http:
             assert http.get(m.group(1)).status_code == 403
             page = http.get(line.removeprefix("engramdb inspector: "))
-            assert page.status_code == 200 and "viewing as <b>alice</b>" in page.text and "cap <b>internal</b>" in page.text
+            assert (
+                page.status_code == 200
+                and "viewing as <b>alice</b>" in page.text
+                and "cap <b>internal</b>" in page.text
+            )
             assert str(page.url) == m.group(1)
             assert "Qx7" not in http.get(m.group(1) + "api/memories?status=all").text
     finally:

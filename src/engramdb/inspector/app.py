@@ -29,7 +29,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from engramdb.errors import CallerError, NotFound
+from engramdb.errors import CallerError, NotFound, ValidationError
 from engramdb.inspector import views
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class Inspector:
         q = p.get("q", "").strip()
         k, hops = p.get("k", "5"), p.get("hops", "1")
         if not (k.isdigit() and 1 <= int(k) <= 50) or not (hops.isdigit() and int(hops) <= 3):
-            raise views.ValidationError("k must be 1–50 and hops 0–3")
+            raise ValidationError("k must be 1–50 and hops 0–3")
         if not q:
             return {"query": "", "k": int(k), "hops": int(hops), "hits": [], "near_misses": [], "parts": []}
         return views.playground(self.agent, q, k=int(k), hops=int(hops))

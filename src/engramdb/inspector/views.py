@@ -202,10 +202,15 @@ def memory_detail(agent: Agent, memory_id: str) -> Data:
             "refs": [asdict(r) for r in m.refs],
         },
         "history": [
-            {"version": v.version, "title": v.title, "content": v.content, "changed_at": when(v.changed_at),
-             "changed_by": v.changed_by}
+            {
+                "version": v.version,
+                "title": v.title,
+                "content": v.content,
+                "changed_at": when(v.changed_at),
+                "changed_by": v.changed_by,
+            }
             for v in agent.history(m.id)
-        ],  # fmt: skip
+        ],
         "edges": edges,
         "accesses": accesses,
         "timeline": _timeline(accesses),

@@ -19,6 +19,8 @@ HIDDEN = {
     "table": "Qx7Table zebra row",
     "title": "Qx7Title",
 }
+#: content that would run if a page did not escape it
+MARKUP = 'Pasted from a chat: </script><script>alert(1)</script><img src=x onerror="alert(2)">'
 MARKERS = ("Qx7Private", "Qx7Capped", "Qx7Query", "Qx7Table", "Qx7Title")
 DAY = 86_400.0
 
@@ -53,6 +55,7 @@ def build(path: Path, clock: FixedClock) -> Store:
         ).id
         ids["oncall"] = alice.remember("Grace is on call for payments this week", shared=True, tags=["ops"]).id
         ids["todo"] = alice.remember("Write the postmortem for the fsync stall", type="todo", status="open").id
+        ids["markup"] = alice.remember(MARKUP, type="scratch", title="<b>bold?</b>", tags=["<i>tag</i>"]).id
         ids["skill"] = alice.remember("To rotate a key: vault write -f transit/keys/deploy/rotate", type="skill").id
         alice.link(ids["deploy"], ids["skill"], "causes")
         alice.link(ids["postgres"], ids["oncall"], "related")

@@ -24,7 +24,7 @@ from engramdb.errors import MissingExtra
 from engramdb.inspector import create_app
 from engramdb.inspector.app import CSP, cookie_name
 from engramdb.testing import FixedClock
-from tests.inspector_data import HIDDEN, MARKERS, Store, build, open_engine, viewer
+from tests.inspector_data import HIDDEN, MARKERS, MARKUP, Store, build, open_engine, viewer
 
 BASE = "http://127.0.0.1"
 
@@ -268,3 +268,17 @@ def test_the_command_prints_a_tokened_address_on_localhost(store: Store, tmp_pat
     missing = subprocess.run([*cmd[:6], "--db", str(tmp_path / "nothing.db")], capture_output=True, text=True)
     assert missing.returncode == 4 and "no store at" in missing.stderr
     assert not (tmp_path / "nothing.db").exists()
+
+
+def test_memory_text_is_data_never_markup(client: TestClient, store: Store) -> None:
+    mid = store.ids["markup"]
+    for url in ("/", f"/memory/{mid}", f"/graph/{mid}", "/recall?q=pasted+from+a+chat+alert"):
+        html = client.get(url).text
+        assert "<script>alert" not in html and "<img src=x" not in html and "<b>bold?</b>" not in html, url
+        assert "&lt;b&gt;bold?&lt;/b&gt;" in html or url.startswith("/graph/"), url  # shown, as text
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in client.get(f"/memory/{mid}").text
+    api = client.get(f"/api/memory/{mid}")  # JSON keeps the text as it is, served as JSON
+    assert api.json()["memory"]["content"] == MARKUP and api.headers["content-type"] == "application/json"
+    # inside the page's JSON data block, no closing tag can end the block early
+    data = client.get("/recall?q=pasted+from+a+chat+alert").text.split('id="page-data">', 1)[1].split("</script>")[0]
+    assert "alert(1)" in data and "<" not in data

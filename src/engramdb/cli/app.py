@@ -377,14 +377,14 @@ def mcp(transport: str, host: str, port: int) -> None:
     serve(s.agent(), transport=transport, host=host, port=port)
 
 
-@cli.command()
+@cli.command("inspect")
 @click.option("--db", "db_here", help="The store (as the global --db).")
 @click.option("--agent", "agent_here", help="View as this agent (as the global --agent).")
 @click.option("--tenant", "tenant_here", help="The agent's tenant (as the global --tenant).")
 @click.option("--cap", "cap_here", type=click.Choice(_LEVELS), help="The agent's cap (as the global --cap).")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="0: any free port.")
 @json_option
-def inspect(
+def inspect_cmd(
     db_here: str | None, agent_here: str | None, tenant_here: str | None, cap_here: str | None, port: int
 ) -> None:
     """Serve a local, read-only web inspector of what one agent may see; needs the inspect extra.

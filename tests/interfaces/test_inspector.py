@@ -24,7 +24,7 @@ from engramdb.errors import MissingExtra
 from engramdb.inspector import create_app
 from engramdb.inspector.app import CSP, cookie_name
 from engramdb.testing import FixedClock
-from tests.inspector_data import HIDDEN, MARKERS, MARKUP, Store, build, open_engine, viewer
+from tests.inspector_data import HIDDEN, MARKERS, MARKUP, Store, build, crawl, open_engine, viewer
 
 BASE = "http://127.0.0.1"
 
@@ -46,36 +46,6 @@ def client(engine: DynamicMemoryEngine) -> Iterator[TestClient]:
     with TestClient(inspector.app, base_url=BASE, follow_redirects=False) as c:
         assert c.get(f"/?token={inspector.token}").status_code == 303
         yield c
-
-
-def crawl(c: TestClient, store: Store) -> dict[str, httpx.Response]:
-    """Every page and JSON answer: from the list, every link found (same origin), depth 2 graphs,
-    the playground on queries that match the hidden memories, and the hidden ids themselves. No
-    address carries a marker (pages echo their query)."""
-    seeds = [
-        "/", "/?status=archived", "/?status=forgotten", "/?status=all", "/?q=zebra", "/?q=vault+code", "/?q=budget",
-        "/?type=todo", "/recall?q=zebra+vault+code", "/recall?q=Confidential+zebra+budget&k=10&hops=2",
-        "/recall?q=who+is+on+call+for+payments&hops=2", "/stats", "/tables", "/tables?table=shared_notes&page=2",
-        "/tables?sql=SELECT+*+FROM+private_bob_secret", "/tables?table=private_bob_secret",
-        "/api/memories?status=all", "/api/memories?q=zebra", "/api/recall?q=zebra+vault&k=20&hops=3",
-        "/api/recall?q=zebra+rotation+payments", "/api/stats", "/api/tables?sql=SELECT+body+FROM+private_bob_secret",
-    ]  # fmt: skip
-    for mid in [*store.ids.values(), *store.hidden_ids]:
-        seeds += [f"/memory/{mid}", f"/api/memory/{mid}", f"/graph/{mid}?depth=2", f"/api/graph/{mid}?depth=2"]
-    seen: dict[str, httpx.Response] = {}
-    todo = list(seeds)
-    while todo:
-        url = todo.pop()
-        if url in seen:
-            continue
-        r = c.get(url)
-        seen[url] = r
-        if r.headers.get("content-type", "").startswith("text/html"):
-            for link in re.findall(r'(?:href|data-src)="(/[^"]*)"', r.text):
-                link = link.replace("&amp;", "&")
-                if not link.startswith("/static/") and link not in seen:
-                    todo.append(link)
-    return seen
 
 
 def test_every_route_needs_the_token(engine: DynamicMemoryEngine, store: Store) -> None:

@@ -351,20 +351,23 @@ def table_rows(agent: Agent, table: str, *, page: int = 1) -> Data:
     A table of neither scope reads like a missing one (`NotFound`)."""
     for scope in _scopes(agent):
         if table in scope.list_tables():
+            try:
+                # a stable order, so pages neither repeat nor skip rows (PostgreSQL has no
+                # implicit one): the integer row key when the table has one
+                order = f" ORDER BY {scope.row_key(table)}"
+            except EngramError:
+                order = ""
             offset = (page - 1) * ROWS_PAGE
-            sql = f"SELECT * FROM {_quote(table)} LIMIT {ROWS_PAGE} OFFSET {offset}"  # noqa: S608 - a listed name, quoted; integers
+            # a listed table name, quoted, and integers: nothing of the caller's reaches the SQL
+            sql = f"SELECT * FROM {_quote(table)}{order} LIMIT {ROWS_PAGE + 1} OFFSET {offset}"  # noqa: S608
             got = scope.read_page(sql, limit=ROWS_PAGE)
-            more = scope.read_page(
-                f"SELECT 1 FROM {_quote(table)} LIMIT 1 OFFSET {offset + ROWS_PAGE}",  # noqa: S608 - as above
-                limit=1,
-            ).rows
             return {
                 "scope": scope.label,
                 "table": table,
                 "page": page,
                 "columns": list(got.columns) or scope.columns(table),
                 "rows": [[_cell(v) for v in row] for row in got.rows],
-                "more": bool(more),
+                "more": got.more,
             }
     raise NotFound(f"no table {table!r} in this agent's scopes")
 

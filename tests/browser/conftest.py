@@ -1,5 +1,5 @@
 """A real headless Chromium for the inspector's pages (Debian's, driven by Playwright's Python
-package; never ``playwright install``). One browser per session, one server per module.
+package; never ``playwright install``). One browser and one server per module.
 
 Without a Chromium (or without Playwright) these tests skip and say why — except when the
 environment variable ``CI`` is set: there a missing browser fails, so CI never skips them quietly
@@ -37,7 +37,10 @@ def _unavailable(why: str) -> None:
     pytest.skip(why)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an asyncio loop marked running on this
+# thread while it is open, which breaks every later test that calls asyncio.run (the async
+# mirrors, MCP). Ended with the module, it leaves the thread as it found it.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright

@@ -29,8 +29,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+import engramdb.inspector.views as views  # the module itself, not the package (no import cycle)
 from engramdb.errors import CallerError, NotFound, ValidationError
-from engramdb.inspector import views
 
 if TYPE_CHECKING:
     from engramdb.agent import Agent

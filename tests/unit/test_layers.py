@@ -102,7 +102,7 @@ PACKAGES: dict[str, int] = {
     "engramdb.tools": FACADE,
     "engramdb.mcp": FACADE,
     "engramdb.adapters": FACADE,
-    "engramdb.inspect": FACADE,
+    "engramdb.inspector": FACADE,
 }
 
 #: the storage adapters: only the facade that opens a store, and storage itself, may name them

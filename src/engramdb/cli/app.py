@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from engramdb.cli.support import EMBEDDERS, Settings, emit, fail, jsonable, progress_bars, settings
+from engramdb.cli.support import EMBEDDERS, Settings, emit, fail, jsonable, parse_location, progress_bars, settings
 from engramdb.errors import NotFound, ValidationError
 from engramdb.memories.model import Confidentiality, Memory, MemoryType, TodoStatus
 from engramdb.observability import otel
@@ -375,6 +375,41 @@ def mcp(transport: str, host: str, port: int) -> None:
     if transport == "stdio" and s.as_json:
         raise ValidationError("--json does not apply to the MCP server")
     serve(s.agent(), transport=transport, host=host, port=port)
+
+
+@cli.command("inspect")
+@click.option("--db", "db_here", help="The store (as the global --db).")
+@click.option("--agent", "agent_here", help="View as this agent (as the global --agent).")
+@click.option("--tenant", "tenant_here", help="The agent's tenant (as the global --tenant).")
+@click.option("--cap", "cap_here", type=click.Choice(_LEVELS), help="The agent's cap (as the global --cap).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="0: any free port.")
+@json_option
+def inspect_cmd(
+    db_here: str | None, agent_here: str | None, tenant_here: str | None, cap_here: str | None, port: int
+) -> None:
+    """Serve a local, read-only web inspector of what one agent may see; needs the inspect extra.
+
+    Listens on 127.0.0.1 only and prints the address to open, with its access token; never opens
+    a browser itself. Stop it with Ctrl-C.
+    """
+    from engramdb.inspector import _require
+
+    _require()
+    from engramdb.inspector.server import InspectorServer
+
+    s = settings()
+    s.db = db_here or s.db
+    s.agent_id = agent_here or s.agent_id
+    s.tenant = tenant_here or s.tenant
+    if cap_here:
+        s.cap = Confidentiality[cap_here.upper()]
+    if s.db and isinstance(where := parse_location(s.db), Path) and not where.exists():
+        # Opening a missing file would create an empty store: a read-only viewer must not.
+        raise NotFound(f"no store at {str(where)!r}; pass --db with an existing SQLite file or a postgresql:// URL")
+    server = InspectorServer(s.agent(), port=port)
+    emit({"url": server.url}, f"engramdb inspector: {server.url}")
+    sys.stdout.flush()
+    server.run()
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ from engramdb.memories.model import (
     Edge,
     EdgeType,
     Memory,
+    MemoryPage,
     MemoryRef,
     MemoryType,
     MemoryVersion,
@@ -477,6 +478,41 @@ class Agent:
         `forget` leaves (for the access stream's sake) is not a memory and is never listed."""
         return reading.memories(self._runtime, self._principal, types=types, include_archived=include_archived)
 
+    def browse(
+        self,
+        *,
+        contains: str | None = None,
+        types: Sequence[MemoryType | str] | None = None,
+        tag: str | None = None,
+        status: str = "active",
+        offset: int = 0,
+        limit: int = 50,
+    ) -> MemoryPage:
+        """One page of the memories this agent can see, newest first, for listing them: those
+        whose title, content or tags hold `contains` (letters compared case-insensitively, ASCII
+        only), of `types`, carrying `tag`; `status` is ``active`` (default), ``archived`` or
+        ``all``; `limit` up to 1,000. The filters and the count run inside the store's query, so a
+        page costs the same at a million memories as at a hundred. No access is logged.
+
+            page = agent.browse(contains="fsync", limit=20)
+            page.total, [m.title for m in page.memories], page.has_more
+        """
+        return reading.browse(
+            self._runtime,
+            self._principal,
+            contains=contains,
+            types=types,
+            tag=tag,
+            status=status,
+            offset=offset,
+            limit=limit,
+        )
+
+    def tags(self) -> dict[str, int]:
+        """Every tag on a memory this agent can see, with how many memories carry it (no access is
+        logged)."""
+        return reading.tags(self._runtime, self._principal)
+
     # -- consolidation ---------------------------------------------------------------------------
 
     def reflect(
@@ -596,6 +632,8 @@ class Agent:
     aimport_jsonl = in_thread(import_jsonl)
     aimport_records = in_thread(import_records)
     amemories = in_thread(memories)
+    abrowse = in_thread(browse)
+    atags = in_thread(tags)
     areembed = in_thread(reembed)
     areflect = in_thread(reflect)
     aintend = in_thread(intend)

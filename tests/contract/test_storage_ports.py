@@ -111,6 +111,40 @@ def test_many_listing_and_visible_ids(backend: Backend, store: Store) -> None:
     assert backend.memories.key_of("other", ms[1].id) is None
 
 
+def test_page_filters_counts_and_pages_inside_the_query(backend: Backend, store: Store) -> None:
+    ms = [
+        memory(content="fsync dominates p99", tags=("latency", "disk")),
+        memory(content="lunch at noon", tags=("team",)),
+        memory(content="FSYNC again", title="disk", type=MemoryType.SKILL),
+        memory(owner="bob", content="bob's private fsync secret", tags=("latency", "hidden-tag")),
+        memory(content="raise the fsync budget", tags=("latency",), confidentiality=Confidentiality.RESTRICTED),
+        memory(owner="", content="shared note about fsync", tags=("latency",)),
+    ]
+    keys = store(*ms)
+    seen = Visibility("default", "alice", cap=Confidentiality.CONFIDENTIAL)
+    rows, total = backend.memories.page(seen, contains="FSync", limit=2)
+    assert total == 3 and [m.id for m in rows] == [
+        ms[5].id,
+        ms[2].id,
+    ]  # newest first; bob's and the restricted one never counted
+    rows, total = backend.memories.page(seen, contains="fsync", offset=2, limit=2)
+    assert total == 3 and [m.id for m in rows] == [ms[0].id]
+    rows, total = backend.memories.page(seen, contains="fsync", offset=10, limit=2)
+    assert (rows, total) == ([], 3)  # past the end: no rows, the count still right
+    assert backend.memories.page(seen, tag="latency")[1] == 2
+    assert backend.memories.page(seen, tag="hidden-tag") == ([], 0)
+    assert [m.id for m in backend.memories.page(seen, types=["skill"])[0]] == [ms[2].id]
+    assert backend.memories.page(seen, contains="disk")[1] == 2  # a title and a tag
+    assert backend.memories.page(seen, contains="100%")[1] == 0  # a LIKE metacharacter is a plain character
+    backend.memories.archive("default", [ms[1].id], backend.changes.next())
+    assert backend.memories.page(seen)[1] == 3
+    archived = Visibility("default", "alice", cap=Confidentiality.CONFIDENTIAL, include_archived=True)
+    assert [m.id for m in backend.memories.page(archived, archived_only=True)[0]] == [ms[1].id]
+    assert backend.memories.page(archived)[1] == 4
+    assert backend.memories.tag_counts(seen) == {"disk": 1, "latency": 2}  # bob's tags and the archived one's unseen
+    assert keys
+
+
 def test_archive_hides_unless_asked_for(backend: Backend, store: Store) -> None:
     a, b = memory(), memory()
     ka, _ = store(a, b)

@@ -167,6 +167,8 @@ VALID: dict[str, Callable[[World], object]] = {
     "rowid": lambda w: 1,
     "recency": lambda w: None,
     "memories": lambda w: 0,
+    "total": lambda w: 0,
+    "offset": lambda w: 0,
     "archived": lambda w: 0,
     "tenant_id": lambda w: "acme",
     "start": lambda w: 0.0,

@@ -3,7 +3,7 @@
 Every function takes the agent the inspector views as and returns plain JSON-ready data; the
 pages render it and the ``/api/…`` routes return it as it is. Visibility and the cap are the
 engine's, inside its queries: these functions never see a memory the agent could not. They are
-read-only: memories are read with ``get(…, touch=False)`` and ``memories()`` (neither logs an
+read-only: memories are read with ``get(…, touch=False)`` and ``browse()`` (neither logs an
 access), the playground runs ``explain(query)`` (a dry recall that logs and reinforces nothing),
 and raw-SQL tables are read with ``MemoryScope.read_page``, which runs SELECT statements only
 under the scope's database guard.
@@ -105,16 +105,13 @@ def _forgotten(agent: Agent) -> list[Data]:
     return stones
 
 
-def _matches(m: Memory, q: str) -> bool:
-    q = q.casefold()
-    return q in m.content.casefold() or q in m.title.casefold() or any(q in t.casefold() for t in m.tags)
-
-
 def memory_list(
     agent: Agent, *, q: str = "", type: str = "", tag: str = "", status: str = "active", page: int = 1
 ) -> Data:
     """The memories the agent can see, filtered by text (content, title, tags), type, tag and
-    status (active, archived, forgotten, all), newest first, `PAGE_SIZE` a page."""
+    status (active, archived, forgotten, all), newest first, `PAGE_SIZE` a page. The filters, the
+    count and the page run inside the store's query (`Agent.browse`), so a page of a million
+    memories costs what a page of a hundred does."""
     if status not in STATUSES:
         raise ValidationError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
     if type and type not in {t.value for t in MemoryType}:
@@ -126,16 +123,17 @@ def memory_list(
         stones = _forgotten(agent)
         base.update(_paged(stones, page), kind="tombstones")
         return base
-    listed = agent.memories(types=[type] if type else None, include_archived=status != "active")
-    if status == "archived":
-        listed = [m for m in listed if m.archived]
-    base["tags"] = sorted({t for m in listed for t in m.tags})
-    if tag:
-        listed = [m for m in listed if tag in m.tags]
-    if q:
-        listed = [m for m in listed if _matches(m, q)]
-    listed.reverse()  # newest first: the one just written is what a debugging session looks for
-    base.update(_paged([memory_summary(m) for m in listed], page), kind="memories")
+    base["tags"] = sorted(agent.tags())
+    found = agent.browse(
+        contains=q or None,
+        types=[type] if type else None,
+        tag=tag or None,
+        status=status,
+        offset=(page - 1) * PAGE_SIZE,
+        limit=PAGE_SIZE,
+    )
+    pages = max(1, -(-found.total // PAGE_SIZE))
+    base.update(items=[memory_summary(m) for m in found.memories], total=found.total, pages=pages, kind="memories")
     return base
 
 

@@ -318,6 +318,22 @@ def check_status(mtype: MemoryType, status: object) -> TodoStatus | None:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryPage:
+    """One page of `Agent.browse`: the memories on it (newest first), how many match in all, and
+    where the page starts."""
+
+    memories: tuple[Memory, ...]
+    total: int
+    offset: int
+    limit: int
+
+    @property
+    def has_more(self) -> bool:
+        """Whether a later page holds more."""
+        return self.offset + len(self.memories) < self.total
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     """The largest input the engine takes, in characters (or items); anything bigger is a
     `ValidationError` before any work is done. Defaults are sized for agent memories — notes,

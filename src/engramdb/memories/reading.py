@@ -110,6 +110,53 @@ def memories(
     return [m for m in out if wanted is None or m.type in wanted]
 
 
+#: what `browse` lists: live memories, archived ones, or both
+BROWSE_STATUSES = ("active", "archived", "all")
+#: the largest page `browse` returns
+MAX_PAGE = 1000
+
+
+def browse(
+    rt: Runtime,
+    who: Principal,
+    *,
+    contains: str | None = None,
+    types: Iterable[MemoryType | str] | None = None,
+    tag: str | None = None,
+    status: str = "active",
+    offset: int = 0,
+    limit: int = 50,
+) -> mm.MemoryPage:
+    """A page of the memories `who` can see, newest first, filtered inside the query (no access is
+    logged); see `Agent.browse`."""
+    wanted = check_types(types)
+    if status not in BROWSE_STATUSES:
+        raise ValidationError(f"status must be one of {', '.join(BROWSE_STATUSES)}, got {status!r}")
+    for name, value, low, high in (("offset", offset, 0, None), ("limit", limit, 1, MAX_PAGE)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"of {low} or more"
+            raise ValidationError(f"{name} must be a whole number {span}, got {value!r}")
+    limits = rt.limits
+    text = mm.check_text("contains", contains, limits.query_chars) if contains is not None else None
+    label = mm.check_text("tag", tag, limits.label_chars) if tag is not None else None
+    rows, total = rt.store.memories.page(
+        who.visibility(include_archived=status != "active"),
+        types=sorted(t.value for t in wanted) if wanted is not None else None,
+        tag=label,
+        contains=text or None,
+        archived_only=status == "archived",
+        offset=offset,
+        limit=limit,
+    )
+    now = rt.clock()
+    return mm.MemoryPage(tuple(rt.annotate(m, now) for m in rows), total, offset, limit)
+
+
+def tags(rt: Runtime, who: Principal) -> dict[str, int]:
+    """Every tag on a memory `who` can see, with how many carry it (no access is logged)."""
+    return rt.store.memories.tag_counts(who.visibility())
+
+
 def edges(rt: Runtime, who: Principal, memory_id: str) -> list[Edge]:
     """The edges touching a memory whose other end `who` can also see."""
     key = visible(rt, who, memory_id).key

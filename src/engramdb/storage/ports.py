@@ -228,6 +228,26 @@ class MemoryRows(Protocol):
         """Every memory `vis` shows, oldest (lowest key) first; husks of forgotten memories excluded."""
         ...
 
+    def page(
+        self,
+        vis: Visibility,
+        *,
+        types: Sequence[str] | None = None,
+        tag: str | None = None,
+        contains: str | None = None,
+        archived_only: bool = False,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[Memory], int]:
+        """One page of what `vis` shows, newest (highest key) first, and how many match in all:
+        of `types`, carrying `tag`, whose title, content or tags hold `contains` (ASCII case
+        folded), archived only when asked. Husks of forgotten memories excluded."""
+        ...
+
+    def tag_counts(self, vis: Visibility) -> dict[str, int]:
+        """Every tag on a memory `vis` shows, with how many of them carry it."""
+        ...
+
     def visible_ids(self, vis: Visibility, ids: Sequence[str]) -> dict[str, int]:
         """{id: key} of those `ids` that `vis` shows."""
         ...

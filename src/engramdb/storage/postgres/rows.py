@@ -29,6 +29,8 @@ from engramdb.storage.postgres.connection import ALL_TENANTS, KEYS, PgStore
 from engramdb.storage.postgres.visibility import predicate
 
 M = "engram.engram_memories"
+#: a memory's tags as a JSON array (stored as '' when it has none)
+_TAGS = "CASE WHEN m.tags = '' THEN '[]' ELSE m.tags END"
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 _TRIGGER = "trigger"  # the ref kind of intent triggers (engramdb.memories.prospective)
 _INSERT = (
@@ -289,6 +291,61 @@ class PgMemoryRows:
             params,
         )
         return [row_to_memory(r) for r in rows]
+
+    def page(
+        self,
+        vis: Visibility,
+        *,
+        types: Sequence[str] | None = None,
+        tag: str | None = None,
+        contains: str | None = None,
+        archived_only: bool = False,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[Memory], int]:
+        pred, params = predicate(vis)
+        where, args = [pred, "m.id NOT LIKE 'forgotten:%%'"], dict(params)
+        if types:
+            where.append("m.type = ANY(%(l_types)s)")
+            args["l_types"] = list(types)
+        if tag is not None:
+            where.append(f"({_TAGS})::jsonb ? %(l_tag)s")
+            args["l_tag"] = tag
+        if contains:
+            where.append(
+                "(strpos(lower(m.title), lower(%(l_q)s)) > 0 OR strpos(lower(m.content), lower(%(l_q)s)) > 0"
+                " OR strpos(lower(m.tags), lower(%(l_q)s)) > 0)"
+            )
+            args["l_q"] = contains
+        if archived_only:
+            where.append("m.archived = 1")
+        cond = " AND ".join(where)
+
+        def go(db: psycopg.Connection[Any]) -> tuple[list[Memory], int]:
+            # one statement: the count and the page from one snapshot
+            rows = _rows(
+                db.execute(
+                    f"SELECT {_M_COLUMNS}, count(*) OVER () FROM {M} m WHERE {cond} "  # noqa: S608 - engine table names and predicates, values bound
+                    "ORDER BY m.n DESC LIMIT %(l_limit)s OFFSET %(l_offset)s",
+                    dict(args, l_limit=limit, l_offset=offset),
+                )
+            )
+            if rows:
+                return [row_to_memory(r[:-1]) for r in rows], int(rows[0][-1])
+            total = db.execute(f"SELECT count(*) FROM {M} m WHERE {cond}", args).fetchone()  # noqa: S608 - engine table names and predicates, values bound
+            return [], int(total[0]) if total else 0
+
+        return self._store.run(vis.tenant, go)
+
+    def tag_counts(self, vis: Visibility) -> dict[str, int]:
+        pred, params = predicate(vis)
+        rows = self._fetch(
+            vis.tenant,
+            f"SELECT t, count(*) FROM {M} m CROSS JOIN LATERAL jsonb_array_elements_text(({_TAGS})::jsonb) t "  # noqa: S608 - engine table names and predicates, values bound
+            f"WHERE {pred} AND m.id NOT LIKE 'forgotten:%%' GROUP BY t ORDER BY t",
+            params,
+        )
+        return {str(t): int(c) for t, c in rows}
 
     def visible_ids(self, vis: Visibility, ids: Sequence[str]) -> dict[str, int]:
         if not ids:

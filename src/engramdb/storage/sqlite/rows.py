@@ -48,6 +48,10 @@ def _named(prefix: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     return ",".join(f":{prefix}{i}" for i in range(len(values))), {f"{prefix}{i}": v for i, v in enumerate(values)}
 
 
+#: a memory's tags as a JSON array (stored as '' when it has none)
+_TAGS = "CASE WHEN m.tags = '' THEN '[]' ELSE m.tags END"
+
+
 class SqliteMemoryRows:
     """`engramdb.storage.ports.MemoryRows` over ``engram_memories``."""
 
@@ -278,6 +282,58 @@ class SqliteMemoryRows:
             .fetchall()
         )
         return [row_to_memory(r) for r in rows]
+
+    @translated
+    def page(
+        self,
+        vis: Visibility,
+        *,
+        types: Sequence[str] | None = None,
+        tag: str | None = None,
+        contains: str | None = None,
+        archived_only: bool = False,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[Memory], int]:
+        pred, params = predicate(vis)
+        where, args = [pred, "m.id NOT LIKE 'forgotten:%'"], dict(params)
+        if types:
+            marks, named = _named("lt", list(types))
+            where.append(f"m.type IN ({marks})")
+            args.update(named)
+        if tag is not None:
+            where.append(f"EXISTS (SELECT 1 FROM json_each({_TAGS}) j WHERE j.value = :l_tag)")  # noqa: S608 - a constant
+            args["l_tag"] = tag
+        if contains:
+            where.append(
+                "(instr(lower(m.title), lower(:l_q)) > 0 OR instr(lower(m.content), lower(:l_q)) > 0"
+                " OR instr(lower(m.tags), lower(:l_q)) > 0)"
+            )
+            args["l_q"] = contains
+        if archived_only:
+            where.append("m.archived = 1")
+        cond = " AND ".join(where)
+        db = self._db()
+        # one statement: the count and the page from one snapshot
+        rows = db.execute(
+            f"SELECT {_M_COLUMNS}, count(*) OVER () FROM engram_memories m WHERE {cond} "  # noqa: S608 - engine-built fragments, values bound
+            "ORDER BY m.n DESC LIMIT :l_limit OFFSET :l_offset",
+            dict(args, l_limit=limit, l_offset=offset),
+        ).fetchall()
+        if rows:
+            return [row_to_memory(r[:-1]) for r in rows], int(rows[0][-1])
+        total = db.execute(f"SELECT count(*) FROM engram_memories m WHERE {cond}", args).fetchone()  # noqa: S608 - engine-built fragments, values bound
+        return [], int(total[0])
+
+    @translated
+    def tag_counts(self, vis: Visibility) -> dict[str, int]:
+        pred, params = predicate(vis)
+        rows = self._db().execute(
+            f"SELECT j.value, count(*) FROM engram_memories m, json_each({_TAGS}) j "  # noqa: S608 - engine-built fragments, values bound
+            f"WHERE {pred} AND m.id NOT LIKE 'forgotten:%' GROUP BY j.value ORDER BY j.value",
+            params,
+        )
+        return {str(t): int(c) for t, c in rows}
 
     @translated
     def visible_ids(self, vis: Visibility, ids: Sequence[str]) -> dict[str, int]:

@@ -508,6 +508,11 @@ class Agent:
             limit=limit,
         )
 
+    def tombstones(self) -> list[Tombstone]:
+        """What this agent has forgotten, and what was forgotten of the shared memories, at or
+        below its cap, oldest first: each a fingerprint, who, when and why — never the text."""
+        return reading.tombstones(self._runtime, self._principal)
+
     def tags(self) -> dict[str, int]:
         """Every tag on a memory this agent can see, with how many memories carry it (no access is
         logged)."""
@@ -634,6 +639,7 @@ class Agent:
     amemories = in_thread(memories)
     abrowse = in_thread(browse)
     atags = in_thread(tags)
+    atombstones = in_thread(tombstones)
     areembed = in_thread(reembed)
     areflect = in_thread(reflect)
     aintend = in_thread(intend)

@@ -70,3 +70,18 @@ def test_archived_status(eng: DynamicMemoryEngine) -> None:
 def test_bad_arguments_are_typed_errors(eng: DynamicMemoryEngine, kwargs: dict[str, object], words: str) -> None:
     with pytest.raises(ValidationError, match=words):
         eng.agent("alice").browse(**kwargs)  # type: ignore[arg-type]
+
+
+def test_tombstones_are_this_agents_and_shared_ones_under_its_cap(eng: DynamicMemoryEngine) -> None:
+    alice, bob = eng.agent("alice"), eng.agent("bob")
+    mine = alice.remember(content="alice's own note to forget")
+    shared = alice.remember(content="a shared note to forget", shared=True)
+    secret = alice.remember(content="a restricted note", confidentiality=Confidentiality.RESTRICTED)
+    bobs = bob.remember(content="bob's private note")
+    for agent, m in ((alice, mine), (alice, shared), (alice, secret), (bob, bobs)):
+        agent.forget(m.id, reason="test")
+    assert [s.memory_id for s in alice.tombstones()] == [mine.id, shared.id, secret.id]
+    capped = eng.agent("alice", cap=Confidentiality.CONFIDENTIAL)
+    assert [s.memory_id for s in capped.tombstones()] == [mine.id, shared.id]
+    assert [s.memory_id for s in bob.tombstones()] == [shared.id, bobs.id]
+    assert all("note" not in s.content_hash for s in alice.tombstones())

@@ -12,8 +12,6 @@ under the scope's database guard.
 from __future__ import annotations
 
 import datetime as dt
-import io
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -85,24 +83,18 @@ def memory_summary(m: Memory) -> Data:
 
 
 def _forgotten(agent: Agent) -> list[Data]:
-    """The tombstones this agent may know of, from its own export (the public read path that
-    already applies the cap to tombstones): no text, only who, when and why."""
-    out = io.StringIO()
-    agent.export_jsonl(out)
-    stones = []
-    for line in out.getvalue().splitlines():
-        record = json.loads(line)
-        if record.get("kind") == "tombstone":
-            stones.append(
-                {
-                    "id": record["memory_id"],
-                    "owner": record.get("owner") or "shared",
-                    "forgotten_by": record.get("forgotten_by", ""),
-                    "forgotten_at": when(record.get("forgotten_at")),
-                    "reason": record.get("reason", ""),
-                }
-            )
-    return stones
+    """The tombstones this agent may know of (`Agent.tombstones`, which applies the cap), newest
+    first: no text, only who, when and why."""
+    return [
+        {
+            "id": s.memory_id,
+            "owner": s.owner or "shared",
+            "forgotten_by": s.forgotten_by,
+            "forgotten_at": when(s.forgotten_at),
+            "reason": s.reason,
+        }
+        for s in reversed(agent.tombstones())
+    ]
 
 
 def memory_list(

@@ -157,6 +157,12 @@ def tags(rt: Runtime, who: Principal) -> dict[str, int]:
     return rt.store.memories.tag_counts(who.visibility())
 
 
+def tombstones(rt: Runtime, who: Principal) -> list[mm.Tombstone]:
+    """The tombstones `who` may know of — its own and shared memories', at or below its cap — oldest
+    first. They hold a fingerprint, who, when and why; never the forgotten text."""
+    return [s for s in rt.store.tombstones.listing(who.tenant, ["", who.agent_id]) if s.confidentiality <= who.cap]
+
+
 def edges(rt: Runtime, who: Principal, memory_id: str) -> list[Edge]:
     """The edges touching a memory whose other end `who` can also see."""
     key = visible(rt, who, memory_id).key

@@ -48,6 +48,8 @@ _TIP_ROWS = 32
 _CLOSE_SAVE_SHARE = 0.1
 #: `best_matches` computes its similarities in blocks of rows of about this many bytes
 SIMS_BYTES = 64 << 20
+#: nearest memories `near_duplicates` takes per item before it filters them (see there)
+NEAR_K = 16
 
 
 class VectorChannel:
@@ -329,6 +331,61 @@ class VectorChannel:
                 row = np.where(m, sims[i % block], -np.inf)
                 j = int(np.argmax(row))
                 out.append((int(keys[j]), float(row[j])))
+            return out
+
+    def near_duplicates(
+        self,
+        vecs: npt.NDArray[np.float32],
+        vis: Visibility,
+        filters: Sequence[tuple[str, str, int]],
+        min_cos: float,
+    ) -> list[tuple[int, float] | None]:
+        """`best_matches` kept only where the cosine is at least `min_cos` (else None): for each
+        row of `vecs`, the most similar visible memory of the same (type, owner) at or above the
+        level — what dedup on write asks, for a whole batch at once.
+
+        One unfiltered nearest-neighbour search for the batch (the index's ``nearest``, an IVF
+        search over a few lists once trained) gives each row its `NEAR_K` nearest memories, best
+        first. The first of them that passes the row's filter is the answer, because any better
+        memory that passes would have ranked above it; when none passes but the last is below
+        `min_cos`, nothing beyond them can reach it: None. Only when all `NEAR_K` are near
+        enough and none passes can the answer lie beyond them, and that row gets a filtered
+        search (`search`, visibility inside it). So the filter never cuts a top-k short: at
+        1M memories the whole answer costs one batched search instead of a visibility mask
+        over every row per item.
+        """
+        q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)
+        with self._lock:
+            n = len(self.index)
+            nearest = getattr(self.index, "nearest", None)
+            if n == 0 or not len(q) or nearest is None:  # a VectorIndex without it: the full path
+                found = self.best_matches(q, vis, list(filters))
+                return [b if b is not None and b[1] >= min_cos else None for b in found]
+            rows, sims = nearest(q, NEAR_K)
+            held = rows >= 0
+            at = np.where(held, rows, 0)
+            cols = self.cols
+            ok = held.copy()
+            ok[held] = cols.mask_at(vis, rows[held])
+            want_type = np.array([[cols.types.find(t)] for t, _, _ in filters], dtype=np.int64)
+            want_owner = np.array([[cols.codes.find(o)] for _, o, _ in filters], dtype=np.int64)
+            want_level = np.array([[lv] for _, _, lv in filters], dtype=np.int64)
+            ok &= (cols.type[at] == want_type) & (cols.owner[at] == want_owner) & (cols.level[at] >= want_level)
+            first = np.argmax(ok, axis=1)
+            keys = self.index.keys()
+            out: list[tuple[int, float] | None] = []
+            for i, f in enumerate(filters):
+                j = int(first[i])
+                if ok[i, j]:
+                    cos = float(sims[i, j])
+                    out.append((int(keys[rows[i, j]]), cos) if cos >= min_cos else None)
+                elif float(sims[i, -1]) < min_cos:
+                    out.append(None)
+                else:
+                    mtype, owner, level = f
+                    hit = self.search(q[i], 1, vis, types=frozenset({mtype}), owner=owner, min_level=level)
+                    best = next(iter(hit.items()), None)
+                    out.append(best if best is not None and best[1] >= min_cos else None)
             return out
 
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:

@@ -255,6 +255,29 @@ def test_batched_dedup_finds_the_same_matches_in_any_block_size(
     assert all(m.strength == 1 for m in got[:3]) and not {m.id for m in got[3:]} & {m.id for m in stored}
 
 
+def test_a_batch_dedups_within_itself_as_one_call_at_a_time_would(eng: DynamicMemoryEngine) -> None:
+    """Items of one batch are compared with the earlier items of the batch too: a restatement of
+    an earlier item reinforces it, exactly as two `remember` calls in a row would."""
+    me = eng.agent("alice")
+    batch = [
+        {"content": "The staging cluster runs in eu-west-1"},
+        {"content": "the billing export runs nightly at two"},
+        {"content": "The staging cluster runs in eu-west-1."},  # restates item 0
+        {"content": "The staging cluster runs in eu-west-1", "type": "episode"},  # another type
+        {"content": "The staging cluster runs in eu-west-1", "shared": True},  # another owner
+        {"content": "The staging cluster runs in eu-west-1", "confidentiality": 2},  # never merged downward
+        {"content": "rotate the deploy keys", "type": "todo"},
+        {"content": "rotate the deploy keys", "type": "todo"},  # a commitment again is a new one
+    ]
+    got = me.remember_many(batch)
+    assert got[2].id == got[0].id and got[2].strength == 1
+    assert len({m.id for m in got}) == 7
+    assert [a.channel for a in me.accesses(got[0].id)] == ["created", "reinforced"]
+    one_by_one = eng.agent("bob")
+    ids = [one_by_one.remember(**item).id for item in batch]  # type: ignore[arg-type]
+    assert [ids.index(i) for i in ids] == [[m.id for m in got].index(m.id) for m in got]
+
+
 # -- confidentiality travels ---------------------------------------------------------------------
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -24,7 +26,7 @@ from engramdb import (
     retention,
 )
 from engramdb.memories.forgetting import guarded, prunable, stability
-from engramdb.testing import FixedClock
+from engramdb.testing import FixedClock, fake_embedder
 from tests.rawsql import raw_count
 
 HOUR, DAY = 3600.0, 86_400.0
@@ -276,6 +278,37 @@ def test_a_batch_dedups_within_itself_as_one_call_at_a_time_would(eng: DynamicMe
     one_by_one = eng.agent("bob")
     ids = [one_by_one.remember(**item).id for item in batch]  # type: ignore[arg-type]
     assert [ids.index(i) for i in ids] == [[m.id for m in got].index(m.id) for m in got]
+
+
+@pytest.mark.parametrize("index", ["exact", "ivf"])
+def test_dedup_through_a_trained_ivf_decides_as_the_exact_scan(
+    make_engine: Callable[..., DynamicMemoryEngine], index: str
+) -> None:
+    """Past its training size the vector index answers dedup from one unfiltered IVF search for
+    the batch; invisible near-duplicates (another agent's copies, more than it takes per item)
+    must neither count nor hide the visible one, exactly as with the exact scan."""
+    pytest.importorskip("faiss")
+    from engramdb.vectors.ann import AnnIndex
+
+    choice: Any = "exact" if index == "exact" else (lambda dim: AnnIndex(dim, train_at=64, nlist=8))
+    eng = make_engine(name=index, memory_embedder=fake_embedder(), vector_index=choice)
+    alice, bob = eng.agent("alice"), eng.agent("bob")
+    places = ("harbour", "quarry", "orchard", "station", "market", "chapel", "ferry", "mill", "bridge", "dunes")
+    texts = [f"Invoice {i} for the {places[i % 10]} account was paid on day {i}" for i in range(300)]
+    said = "The staging cluster of the payments team runs in eu-west-1 with two spare nodes and one standby database"
+    texts[5] = said + " today"  # alice's memory says a little more than what she says again below
+    stored = alice.remember_many([{"content": t} for t in texts], dedup=False)
+    # Bob's exact copies are nearer than alice's memory, and more than one search takes per item:
+    # the IVF path must look past them (a filtered search) rather than answer "no duplicate".
+    bob.remember_many([{"content": said} for _ in range(40)], dedup=False)
+    again = alice.remember(said)
+    assert (eng.vectors is not None) and eng.vectors.approximate == (index == "ivf")
+    assert again.id == stored[5].id and again.strength == 1
+    batch = alice.remember_many([{"content": texts[7] + "."}, {"content": said}, {"content": texts[200] + "."}])
+    batch += alice.remember_many([{"content": "a wholly new fact about the ferry timetable"}])
+    assert [m.id for m in batch[:3]] == [stored[7].id, stored[5].id, stored[200].id]
+    assert batch[3].id not in {m.id for m in stored}
+    assert bob.remember(said).owner == "bob"  # bob's own copies are his to reinforce
 
 
 # -- confidentiality travels ---------------------------------------------------------------------

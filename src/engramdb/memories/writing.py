@@ -215,8 +215,10 @@ def _remember_prepared(
             reader=who.agent_id, ring_size=rt.scoring.ring_size,
         )  # fmt: skip
     by_index = dict(zip(kept, fresh, strict=True))
-    again = {}
-    for n in set(target.values()):
+    # The reinforced memories as they are now, in one read (they were visible to the writer).
+    reread = store.memories.many(who.visibility(include_archived=True), sorted(set(target.values())))
+    again = {n: rt.annotate(m) for n, m in reread.items()}
+    for n in set(target.values()) - set(again):  # changed by a concurrent writer since: as stored
         found = store.memories.get_key(n)
         assert found is not None
         again[n] = rt.annotate(found.memory)

@@ -365,9 +365,16 @@ class VectorChannel:
             n = len(self.index)
             nearest = getattr(self.index, "nearest", None)
             if n == 0 or not len(q) or nearest is None or not self.approximate:
-                # Every vector is scanned anyway (no IVF yet, or an exact index): the masked scan,
-                # exact and with the filter inside (a top-16 per row cost more at 10k).
-                found = self.best_matches(q, vis, list(filters))
+                # No IVF (yet), or an exact index: exact scans with the filter inside. A few items
+                # one filtered search each (it scores only the allowed rows), a batch one masked
+                # matrix product per block of rows (`best_matches`).
+                if len(q) <= 4:
+                    found = [
+                        next(iter(self.search(q[i], 1, vis, types=frozenset({t}), owner=o, min_level=lv).items()), None)
+                        for i, (t, o, lv) in enumerate(filters)
+                    ]
+                else:
+                    found = self.best_matches(q, vis, list(filters))
                 return [b if b is not None and b[1] >= min_cos else None for b in found]
             # Approximate scores for the candidates (re-scored below for the few that matter).
             rows, approx = nearest(q, NEAR_K, exact=False)

@@ -5,8 +5,8 @@ written: every run works on a copy) or, when none is cached, built here the same
 corpus, one agent, `remember_many` in batches of 1,000 with dedup off):
 
 - **remember, dedup on** (the default: cosine >= ``dedup_threshold`` against visible memories of the
-  same type and owner, then the text check): one untimed `remember` (the first write of a process
-  grows the vector matrix restored from the side file: reported as ``first_remember_s``), then
+  same type and owner, then the text check): two untimed `remember` calls (the first writes of a
+  process grow the vector matrix restored from the side file: reported as ``first_two_remember_s``), then
   ``--single`` `remember` calls one at a time, then
   ``--batches`` `remember_many` calls of ``--batch`` items each, all new corpus items (seed + 1), in a
   fresh process on the copy after one untimed recall (which loads the vector cache). Single: calls
@@ -112,11 +112,13 @@ class EngineWorker:
     def write(self, _msg: dict[str, Any]) -> dict[str, Any]:
         cfg, me = self.cfg, self.me
         single, batches, batch = cfg["single"], cfg["batches"], cfg["batch"]
-        specs = corpus.generate(1 + single + batches * batch, seed=cfg["seed"] + 1, tenants=1, agents=CORPUS_AGENTS)
+        specs = corpus.generate(2 + single + batches * batch, seed=cfg["seed"] + 1, tenants=1, agents=CORPUS_AGENTS)
         items = [fields(s) for s in specs]
-        # The first write of a process grows the in-memory vector matrix restored from the side
-        # file (a copy of every vector, once): reported on its own, not in the per-call figures.
+        # The first writes of a process: the second refreshes the vector cache with the first,
+        # which grows the matrix restored from the side file (a copy of every vector, once; seconds
+        # at 1M). Reported on their own, not in the per-call figures.
         t = time.perf_counter()
+        me.remember(**items.pop())
         me.remember(**items.pop())
         first_s = time.perf_counter() - t
         lat, cpu, ids = [], [], set()
@@ -134,7 +136,7 @@ class EngineWorker:
             cpu_rates.append(len(chunk) / max(time.process_time() - c, 1e-9))
             stored += len({m.id for m in got})
         return {
-            "first_remember_s": round(first_s, 3),
+            "first_two_remember_s": round(first_s, 3),
             "single_per_s": round(len(lat) / sum(lat), 1),
             "single_p50_ms": p50_ms(lat),
             "single_cpu_p50_ms": p50_ms(cpu),

@@ -292,7 +292,7 @@ def prepare(n: int, args: argparse.Namespace, workdir: Path) -> Path:
     path = base / f"n{n}" / "engram.db"
     source = cached_db(args.cache_dir, n)
     stamp = path.parent / "source.json"
-    want = {"source": str(source), "bytes": source.stat().st_size if source else None}
+    want = {"source": str(source.resolve()) if source else None, "bytes": source.stat().st_size if source else None}
     if keep and path.exists() and stamp.exists() and json.loads(stamp.read_text(encoding="utf-8")) == want:
         return path
     shutil.rmtree(path.parent, ignore_errors=True)

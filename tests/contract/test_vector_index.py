@@ -215,6 +215,28 @@ def test_search_cosines_order_and_recall(make: Factory, data: Any) -> None:
         assert got_keys.tolist() == [keys[row]] and got_sims[0] == pytest.approx(1.0, abs=1e-5)
 
 
+def test_nearest_answers_a_batch_best_first_with_exact_cosines(make: Factory, data: Any) -> None:
+    """`nearest` (unfiltered top-k rows for a batch of queries; dedup filters them itself) agrees
+    with one `search` per query, pads past the index's size, and finds a stored vector first."""
+    keys, vecs, queries = data
+    index = filled(make, keys, vecs)
+    rows, sims = index.nearest(queries, K)
+    assert rows.shape == sims.shape == (len(queries), K) and rows.dtype == np.int64 and sims.dtype == np.float32
+    matrix, index_keys = index.vectors_matrix(), index.keys()
+    hits = 0
+    for q, r, s in zip(queries, rows, sims, strict=True):
+        assert np.all(np.diff(s) <= 1e-6) and len(set(r.tolist())) == K
+        np.testing.assert_allclose(s, matrix[r] @ q, atol=1e-5)  # exact cosines of the rows named
+        hits += len(brute(keys, vecs, q, K) & set(index_keys[r].tolist()))
+    assert hits / (K * len(queries)) >= 0.8
+    rows, sims = index.nearest(vecs[[0, 777, N - 1]], 1)
+    assert index_keys[rows[:, 0]].tolist() == [keys[0], keys[777], keys[N - 1]]
+    small = make(DIM)
+    small.upsert(keys[:3], vecs[:3])
+    rows, sims = small.nearest(vecs[:2], 5)
+    assert (rows[:, 3:] == -1).all() and np.isneginf(sims[:, 3:]).all() and (rows[:, :3] >= 0).all()
+
+
 def test_k_larger_than_size_and_k_zero(make: Factory) -> None:
     vecs = clustered(12)
     keys = shuffled_keys(12)

@@ -2,7 +2,7 @@
 of the in-memory channels. For random rows and random readers they must select the same memories.
 
 The rows are stored through the ports (on whichever backend runs the suite); the SQL side is
-`MemoryRows.visible_keys`, the array side `VisibilityColumns.mask` over `MemoryRows.visibility_rows`.
+`MemoryRows.visible_keys`, the array side `VisibilityColumns.mask` (and `mask_at`) over `MemoryRows.visibility_rows`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,11 @@ def masked(backend: Backend, vis: Visibility, types: list[str] | None) -> list[i
     n = max(r[0] for r in rows) + 1
     cols = VisibilityColumns(n)
     cols.set_many(np.array([r[0] for r in rows], dtype=np.int64), [r[1:] for r in rows])
-    return [int(k) for k in np.flatnonzero(cols.mask(vis, n, types))]
+    found = [int(k) for k in np.flatnonzero(cols.mask(vis, n, types))]
+    # The rule at a few rows only (dedup's candidates) is the same rule.
+    some = np.array(sorted(random.Random(n).sample(range(n), n // 3)), dtype=np.int64)
+    assert [int(k) for k in some[cols.mask_at(vis, some, types)]] == [k for k in found if k in set(some.tolist())]
+    return found
 
 
 readers = st.builds(

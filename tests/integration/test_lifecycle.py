@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -24,7 +26,7 @@ from engramdb import (
     retention,
 )
 from engramdb.memories.forgetting import guarded, prunable, stability
-from engramdb.testing import FixedClock
+from engramdb.testing import FixedClock, fake_embedder
 from tests.rawsql import raw_count
 
 HOUR, DAY = 3600.0, 86_400.0
@@ -253,6 +255,60 @@ def test_batched_dedup_finds_the_same_matches_in_any_block_size(
     got = me.remember_many(batch)
     assert [m.id for m in got[:3]] == [stored[i].id for i in (3, 7, 11)]
     assert all(m.strength == 1 for m in got[:3]) and not {m.id for m in got[3:]} & {m.id for m in stored}
+
+
+def test_a_batch_dedups_within_itself_as_one_call_at_a_time_would(eng: DynamicMemoryEngine) -> None:
+    """Items of one batch are compared with the earlier items of the batch too: a restatement of
+    an earlier item reinforces it, exactly as two `remember` calls in a row would."""
+    me = eng.agent("alice")
+    batch = [
+        {"content": "The staging cluster runs in eu-west-1"},
+        {"content": "the billing export runs nightly at two"},
+        {"content": "The staging cluster runs in eu-west-1."},  # restates item 0
+        {"content": "The staging cluster runs in eu-west-1", "type": "episode"},  # another type
+        {"content": "The staging cluster runs in eu-west-1", "shared": True},  # another owner
+        {"content": "The staging cluster runs in eu-west-1", "confidentiality": 2},  # never merged downward
+        {"content": "rotate the deploy keys", "type": "todo"},
+        {"content": "rotate the deploy keys", "type": "todo"},  # a commitment again is a new one
+    ]
+    got = me.remember_many(batch)
+    assert got[2].id == got[0].id and got[2].strength == 1
+    assert len({m.id for m in got}) == 7
+    assert [a.channel for a in me.accesses(got[0].id)] == ["created", "reinforced"]
+    one_by_one = eng.agent("bob")
+    ids = [one_by_one.remember(**item).id for item in batch]  # type: ignore[arg-type]
+    assert [ids.index(i) for i in ids] == [[m.id for m in got].index(m.id) for m in got]
+
+
+@pytest.mark.parametrize("index", ["exact", "ivf"])
+def test_dedup_through_a_trained_ivf_decides_as_the_exact_scan(
+    make_engine: Callable[..., DynamicMemoryEngine], index: str
+) -> None:
+    """Past its training size the vector index answers dedup from one unfiltered IVF search for
+    the batch; invisible near-duplicates (another agent's copies, more than it takes per item)
+    must neither count nor hide the visible one, exactly as with the exact scan."""
+    pytest.importorskip("faiss")
+    from engramdb.vectors.ann import AnnIndex
+
+    choice: Any = "exact" if index == "exact" else (lambda dim: AnnIndex(dim, train_at=64, nlist=8))
+    eng = make_engine(name=index, memory_embedder=fake_embedder(), vector_index=choice)
+    alice, bob = eng.agent("alice"), eng.agent("bob")
+    places = ("harbour", "quarry", "orchard", "station", "market", "chapel", "ferry", "mill", "bridge", "dunes")
+    texts = [f"Invoice {i} for the {places[i % 10]} account was paid on day {i}" for i in range(300)]
+    said = "The staging cluster of the payments team runs in eu-west-1 with two spare nodes and one standby database"
+    texts[5] = said + " today"  # alice's memory says a little more than what she says again below
+    stored = alice.remember_many([{"content": t} for t in texts], dedup=False)
+    # Bob's exact copies are nearer than alice's memory, and more than one search takes per item:
+    # the IVF path must look past them (a filtered search) rather than answer "no duplicate".
+    bob.remember_many([{"content": said} for _ in range(40)], dedup=False)
+    again = alice.remember(said)
+    assert (eng.vectors is not None) and eng.vectors.approximate == (index == "ivf")
+    assert again.id == stored[5].id and again.strength == 1
+    batch = alice.remember_many([{"content": texts[7] + "."}, {"content": said}, {"content": texts[200] + "."}])
+    batch += alice.remember_many([{"content": "a wholly new fact about the ferry timetable"}])
+    assert [m.id for m in batch[:3]] == [stored[7].id, stored[5].id, stored[200].id]
+    assert batch[3].id not in {m.id for m in stored}
+    assert bob.remember(said).owner == "bob"  # bob's own copies are his to reinforce
 
 
 # -- confidentiality travels ---------------------------------------------------------------------

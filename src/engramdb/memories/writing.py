@@ -196,25 +196,33 @@ def _remember_prepared(
     store = rt.store
     if not force:
         _refuse_forgotten(rt, who, prepared)
-    reinforced = _duplicates(rt, who, prepared, vectors) if dedup and vectors is not None else {}
-    if not reinforced:
-        return _insert(rt, who, prepared, vectors, now)
+    stored, earlier = _duplicates(rt, who, prepared, vectors) if dedup and vectors is not None else ({}, {})
+    if not stored and not earlier:
+        return _insert(rt, who, prepared, vectors, now)[1]
+    kept = [i for i in range(len(prepared)) if i not in stored and i not in earlier]
+    # One transaction: the new memories, then the reinforcement of what the others duplicate
+    # (stored memories, or new ones of this batch).
     with store.atomic():
+        keys, fresh = (
+            _insert(rt, who, [prepared[i] for i in kept], None if vectors is None else vectors[kept], now)
+            if kept
+            else ([], [])
+        )
+        key_of = dict(zip(kept, keys, strict=True))
+        target = {**stored, **{j: key_of[i] for j, i in earlier.items()}}
         log_accesses(
-            store, [Touch(n, Channel.REINFORCED) for n in set(reinforced.values())], now=now, tenant=who.tenant,
+            store, [Touch(n, Channel.REINFORCED) for n in sorted(set(target.values()))], now=now, tenant=who.tenant,
             reader=who.agent_id, ring_size=rt.scoring.ring_size,
         )  # fmt: skip
-    kept = [i for i in range(len(prepared)) if i not in reinforced]
-    fresh = (
-        _insert(rt, who, [prepared[i] for i in kept], None if vectors is None else vectors[kept], now) if kept else []
-    )
     by_index = dict(zip(kept, fresh, strict=True))
-    again = {}
-    for n in set(reinforced.values()):
+    # The reinforced memories as they are now, in one read (they were visible to the writer).
+    reread = store.memories.many(who.visibility(include_archived=True), sorted(set(target.values())))
+    again = {n: rt.annotate(m) for n, m in reread.items()}
+    for n in set(target.values()) - set(again):  # changed by a concurrent writer since: as stored
         found = store.memories.get_key(n)
         assert found is not None
         again[n] = rt.annotate(found.memory)
-    return [by_index[i] if i in by_index else again[reinforced[i]] for i in range(len(prepared))]
+    return [by_index[i] if i in by_index else again[target[i]] for i in range(len(prepared))]
 
 
 def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> None:
@@ -233,40 +241,108 @@ def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]
             )
 
 
-def _duplicates(rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any) -> dict[int, int]:
-    """{item index: key of the visible memory it duplicates} (same type, owner, tenant; level ≥ the item's)."""
+#: A todo or an intent is a commitment: stating it again is a new one (the old may be done).
+_NEVER_MERGED = (MemoryType.TODO, MemoryType.INTENT)
+
+
+def _duplicates(
+    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Which items add nothing new, as if they were remembered one call at a time, in order:
+    ({item: key of the stored memory it duplicates}, {item: earlier item of this batch it
+    duplicates}). An item's match is the most similar visible memory of its type, owner and
+    tenant at or above its level (stored, or an earlier kept item of the batch) at cosine ≥
+    `dedup_threshold`; it is a duplicate when it says nothing that match does not (`says_nothing_new`)."""
     channel = rt.vectors
     if channel is None:
-        return {}
+        return {}, {}
+    asked = [i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED]
+    if not asked:
+        return {}, {}
     channel.refresh(rt.store)
-    filters = [(p["type"].value, p["owner"], int(p["level"])) for p in prepared]
-    vis = who.visibility()
-    if len(prepared) <= 4 or channel.approximate:
-        # A few items, or a trained IVF: one filtered k-NN each, without a full scan (at 1M
-        # memories a block product costs ~11 ms per item, an IVF search ~3 ms).
-        nearest: list[tuple[int, float] | None] = []
-        for i, (mtype, owner, level) in enumerate(filters):
-            hit = channel.search(vectors[i], 1, vis, types=frozenset({mtype}), owner=owner, min_level=level)
-            nearest.append(next(iter(hit.items()), None))
-    else:
-        nearest = channel.best_matches(vectors, vis, filters)  # one matrix product for the batch
-    candidates = {
-        i: best
-        for i, best in enumerate(nearest)
-        if best is not None
-        and best[1] >= rt.dedup_threshold
-        # A todo or an intent is a commitment: stating it again is a new one (the old may be done).
-        and prepared[i]["type"] not in (MemoryType.TODO, MemoryType.INTENT)
-    }
-    if not candidates:
-        return {}
-    texts = rt.store.memories.contents(sorted({n for n, _ in candidates.values()}))
-    return {
-        i: n for i, (n, _cos) in candidates.items() if n in texts and says_nothing_new(prepared[i]["content"], texts[n])
-    }
+    threshold = rt.dedup_threshold
+    filters = [(prepared[i]["type"].value, prepared[i]["owner"], int(prepared[i]["level"])) for i in asked]
+    found = channel.near_duplicates(vectors[asked], who.visibility(), filters, threshold)
+    best: dict[int, tuple[float, bool, int]] = {}  # item: (cosine, stored?, key or earlier item)
+    for i, hit in zip(asked, found, strict=True):
+        if hit is not None:
+            best[i] = (hit[1], True, hit[0])
+    batch = _BatchMatches(prepared, vectors, asked, who, threshold)
+    texts = rt.store.memories.contents(sorted({b[2] for b in best.values()}))
+    stored: dict[int, int] = {}
+    earlier: dict[int, int] = {}
+    for j in asked:  # in order: an item merged into an earlier one is not there for later ones
+        match = best.get(j)
+        near = batch.best(j)
+        if near is not None and (match is None or near[1] > match[0]):  # equal: the stored one, older
+            match = (near[1], False, near[0])
+        if match is None:
+            continue
+        _, in_store, ref = match
+        if in_store:
+            if ref in texts and says_nothing_new(prepared[j]["content"], texts[ref]):
+                stored[j] = ref
+        elif says_nothing_new(prepared[j]["content"], prepared[ref]["content"]):
+            earlier[j] = ref
+        if j in stored or j in earlier:
+            batch.merged(j)
+    return stored, earlier
 
 
-def _insert(rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float) -> list[Memory]:
+class _BatchMatches:
+    """Cosines between the items of one batch, for dedup within it: per (type, owner) group, a
+    matrix whose entry [b, a] is the cosine of item b with the earlier item a, or -inf where a
+    cannot be b's match (a not earlier, below b's level, above the writer's cap, or merged)."""
+
+    def __init__(
+        self, prepared: list[dict[str, Any]], vectors: Any, asked: list[int], who: Principal, threshold: float
+    ) -> None:
+        self.threshold = threshold
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i in asked:
+            groups.setdefault((prepared[i]["type"].value, prepared[i]["owner"]), []).append(i)
+        self.members: list[list[int]] = []
+        self.sims: list[Any] = []
+        self.where: dict[int, tuple[int, int]] = {}  # item: (group, position)
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            g = len(self.members)
+            idx = np.asarray(members, dtype=np.int64)
+            vecs = np.asarray(vectors[idx], dtype=np.float32)
+            sims = vecs @ vecs.T
+            levels = np.asarray([int(prepared[i]["level"]) for i in members])
+            ok = np.tril(np.ones((len(members), len(members)), dtype=np.bool_), k=-1)  # ok[b, a]: a before b
+            ok &= levels[None, :] >= levels[:, None]
+            ok &= (levels <= int(who.cap))[None, :]
+            sims[~ok] = -np.inf
+            self.members.append(members)
+            self.sims.append(sims)
+            self.where.update({i: (g, b) for b, i in enumerate(members)})
+
+    def best(self, item: int) -> tuple[int, float] | None:
+        """The earlier, unmerged item most similar to `item` at cosine ≥ the threshold (the first
+        of equals), with that cosine; else None."""
+        at = self.where.get(item)
+        if at is None:
+            return None
+        g, b = at
+        row = self.sims[g][b]
+        a = int(np.argmax(row))
+        cos = float(row[a])
+        return (self.members[g][a], cos) if cos >= self.threshold else None
+
+    def merged(self, item: int) -> None:
+        """`item` was merged into another memory: it is nobody's match from now on."""
+        at = self.where.get(item)
+        if at is not None:
+            g, a = at
+            self.sims[g][:, a] = -np.inf
+
+
+def _insert(
+    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float
+) -> tuple[list[int], list[Memory]]:
     embedder = rt.embedder
     store = rt.store
     ring = pack_times([now])  # creation is the first deliberate access
@@ -291,7 +367,7 @@ def _insert(rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors
         store.accesses.append(
             [Touch(n, Channel.CREATED) for n in keys], now=now, tenant=who.tenant, reader=who.agent_id
         )
-    return [rt.annotate(m, now) for m in out]
+    return keys, [rt.annotate(m, now) for m in out]
 
 
 # -- changing one memory -----------------------------------------------------------------------------

@@ -148,18 +148,32 @@ class VisibilityColumns:
 
     def mask(self, vis: Visibility, n: int, types: Iterable[str] | None = None) -> npt.NDArray[np.bool_]:
         """Rows [0, n) that `vis` may see (and of `types`, when given): the `Visibility` rule as arrays."""
-        m = (self.tenant[:n] == self.codes.find(vis.tenant)) & (self.level[:n] <= int(vis.cap))
+        return self._rule(vis, slice(0, n), types)
+
+    def mask_at(
+        self, vis: Visibility, rows: npt.NDArray[np.int64], types: Iterable[str] | None = None
+    ) -> npt.NDArray[np.bool_]:
+        """`mask` at `rows` only (same rule, same code): for a caller that has a few candidate rows
+        and must not pay for a mask over every row."""
+        return self._rule(vis, rows, types)
+
+    def _rule(
+        self, vis: Visibility, at: slice | npt.NDArray[np.int64], types: Iterable[str] | None
+    ) -> npt.NDArray[np.bool_]:
+        owner = self.owner[at]
+        m = (self.tenant[at] == self.codes.find(vis.tenant)) & (self.level[at] <= int(vis.cap))
         if vis.own_only:
-            m &= self.owner[:n] == self.codes.find(vis.reader)
+            m &= owner == self.codes.find(vis.reader)
         elif not vis.cross_agent:
-            m &= (self.owner[:n] == 0) | (self.owner[:n] == self.codes.find(vis.reader))
+            m &= (owner == 0) | (owner == self.codes.find(vis.reader))
         if not vis.include_archived:
-            m &= ~self.archived[:n]
+            m &= ~self.archived[at]
         if vis.as_of is not None:
-            vf, vt = self.vfrom[:n], self.vto[:n]
+            vf, vt = self.vfrom[at], self.vto[at]
             with np.errstate(invalid="ignore"):
                 m &= (np.isnan(vf) | (vf <= vis.as_of)) & (np.isnan(vt) | (vt > vis.as_of))
         if types is not None:
             codes = [self.types.find(t) for t in types]
-            m &= (self.type[:n] == codes[0]) if len(codes) == 1 else np.isin(self.type[:n], codes)
+            kinds = self.type[at]
+            m &= (kinds == codes[0]) if len(codes) == 1 else np.isin(kinds, codes)
         return np.asarray(m, dtype=np.bool_)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+#: `nearest` compares its queries with the matrix in blocks of about this many bytes of scores
+NEAREST_BYTES = 64 << 20
+
 
 class ExactIndex:
     """A `VectorIndex` that scans every vector. Keys map to rows; rows never move."""
@@ -93,3 +96,35 @@ class ExactIndex:
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top], kind="stable")]
         return self._keys[top].copy(), sims[top].astype(np.float32)
+
+    def nearest(
+        self, queries: npt.NDArray[np.float32], k: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The `k` most similar rows of each query, unfiltered: (rows, cosines), each of shape
+        ``(len(queries), k)``, best first; rows are -1 (cosine -inf) past the index's size.
+        For a caller that filters them itself and can tell when the filtered answer must lie
+        beyond them (`engramdb.retrieval.vector_channel.VectorChannel.near_duplicates`)."""
+        q = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self._dim)
+        return self._nearest_exact(q, k)
+
+    def _nearest_exact(
+        self, q: npt.NDArray[np.float32], k: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        n = self._n
+        rows = np.full((len(q), k), -1, dtype=np.int64)
+        sims = np.full((len(q), k), -np.inf, dtype=np.float32)
+        if n == 0 or k <= 0:
+            return rows, sims
+        matrix = self._vecs[:n]
+        take = min(k, n)
+        block = max(1, NEAREST_BYTES // (4 * n))
+        for start in range(0, len(q), block):
+            part = q[start : start + block]
+            # A few queries: numpy's own kernel (BLAS wakes its thread pool per small product).
+            s = np.stack([np.einsum("nd,d->n", matrix, r) for r in part]) if len(part) <= 4 else part @ matrix.T
+            top = np.argpartition(-s, take - 1, axis=1)[:, :take] if take < n else np.tile(np.arange(n), (len(s), 1))
+            vals = np.take_along_axis(s, top, axis=1)
+            order = np.lexsort((top, -vals), axis=1)  # best first, ties by row
+            rows[start : start + len(part), :take] = np.take_along_axis(top, order, axis=1)
+            sims[start : start + len(part), :take] = np.take_along_axis(vals, order, axis=1)
+        return rows, sims

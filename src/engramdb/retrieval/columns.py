@@ -120,13 +120,18 @@ class VisibilityColumns:
     def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]], state: Mapping[str, Any], n: int) -> VisibilityColumns:
         """Columns from `to_arrays` and `codes_state`, with room for `n` rows (rows past the
         arrays stay archived). ValueError when they do not fit together."""
-        out = cls(max(1024, n))
+        out = cls(1024 if n < 1024 else 1)
         for name in cls._ARRAYS:
             a = np.asarray(arrays[f"col_{name}"])
             mine = getattr(out, name)
-            if a.dtype != mine.dtype or a.ndim != 1 or len(a) > len(mine):
+            if a.dtype != mine.dtype or a.ndim != 1 or len(a) > max(n, 1024):
                 raise ValueError(f"column {name} is {a.dtype} x {a.shape}")
-            mine[: len(a)] = a
+            if n < 1024:
+                mine[: len(a)] = a
+            elif len(a) == n and a.flags.writeable and a.flags.c_contiguous:
+                setattr(out, name, a)  # a fresh array just read from the file: adopted, not copied
+            else:
+                raise ValueError(f"column {name} has {len(a)} rows, not {n}")
         out.codes, out.types = Codes.of(list(state["codes"])), Codes.of(list(state["types"]))
         top = max(len(out.codes.names()), len(out.types.names()))
         if len(out.tenant) and (

@@ -418,9 +418,12 @@ class LexicalChannel:
             a = np.asarray(arrays[name.lstrip("_")])
             if a.dtype != dtype or a.shape != (n,):
                 raise ValueError(f"{name} is {a.dtype} x {a.shape}, not {n} rows")
-            full = np.full(cap, fill, dtype=dtype)
-            full[:n] = a
-            per_row[name] = full
+            if len(a) == cap and a.flags.writeable:
+                per_row[name] = a  # a fresh array just read from the file: adopted, not copied
+            else:
+                full = np.full(cap, fill, dtype=dtype)
+                full[:n] = a
+                per_row[name] = full
         ring = _Rings.from_arrays(arrays)
         if len(ring._has) != n:
             raise ValueError("the rings do not fit the rows")

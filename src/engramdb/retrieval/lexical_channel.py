@@ -183,6 +183,8 @@ class LexicalChannel:
             if first:
                 pending: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]] = []
                 for rows in store.memories.index_row_batches(-1, LOAD_BATCH):
+                    if not rows:
+                        continue
                     self._ensure(1 + max(r[0] for r in rows))
                     self._apply(rows, pending)
                 if pending:
@@ -389,6 +391,7 @@ class LexicalChannel:
     def _restore(self, store: Backend, latest: int) -> None:
         """Adopt the side file when it fits this database; else leave the index empty."""
         assert self.side_file is not None
+        side_files.prefetch(self.side_file.parent)
         self._instance = store.instance_id()
         if self._instance is None:
             return

@@ -181,6 +181,7 @@ class VectorChannel:
     def _restore(self, store: Backend, latest: int) -> None:
         """Adopt the side file when it fits this database (see the module docstring); else nothing."""
         assert self.side_file is not None and isinstance(self.index, AnnIndex)
+        side_files.prefetch(self.side_file.parent)
         self._instance = store.instance_id()
         if self._instance is None:
             return

@@ -119,16 +119,24 @@ class ExactIndex:
     def upsert(self, keys: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
         if len(keys) != len(vectors):
             raise ValueError("keys and vectors differ in length")
-        key_list = np.asarray(keys, dtype=np.int64).reshape(-1).tolist()
-        self._grow(self._n + sum(1 for key in key_list if self._rows.get(key) is None))
-        for key, vec in zip(key_list, vectors, strict=True):
-            row = self._rows.get(key)
-            if row is None:
-                row = self._n
-                self._rows.set_many(np.array([key]), np.array([row]))
-                self._keys[row] = key
-                self._n += 1
-            self._vecs[row] = vec
+        key_arr = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if not len(key_arr):
+            return
+        last: dict[int, int] = {}  # key -> index of its last vector in this call; first-seen order
+        for i, key in enumerate(key_arr.tolist()):
+            last[key] = i
+        distinct = np.fromiter(last.keys(), dtype=np.int64, count=len(last))
+        rows = self._rows.lookup(distinct)
+        fresh = rows < 0
+        added = int(np.count_nonzero(fresh))
+        self._grow(self._n + added)
+        rows[fresh] = np.arange(self._n, self._n + added, dtype=np.int64)
+        self._keys[rows[fresh]] = distinct[fresh]
+        self._rows.set_many(distinct[fresh], rows[fresh])
+        self._vecs[rows] = np.asarray(vectors, dtype=np.float32)[
+            np.fromiter(last.values(), dtype=np.int64, count=len(last))
+        ]
+        self._n += added
 
     def vectors_matrix(self) -> npt.NDArray[np.float32]:
         """The stored vectors, one row per key in `keys()` order (a view, not a copy)."""

@@ -407,7 +407,9 @@ class PgMemoryRows:
 
     def index_row_batches(self, since: int, size: int) -> Iterator[list[IndexRow]]:
         # PostgreSQL keeps no side files, so a first load here is rarely large: one batch.
-        yield self.index_rows(since)
+        rows = self.index_rows(since)
+        if rows:
+            yield rows
 
     def term_tip(self, upto: int, limit: int) -> list[tuple[int, int, str, str]]:
         rows = self._fetch(

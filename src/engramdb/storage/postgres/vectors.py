@@ -104,7 +104,9 @@ class PgMemoryVectors:
 
     def cache_row_batches(self, model: str, since: int, size: int) -> Iterator[list[VectorRow]]:
         # PostgreSQL keeps no side files, so a first load here is rarely large: one batch.
-        yield self.cache_rows(model, since)
+        rows = self.cache_rows(model, since)
+        if rows:
+            yield rows
 
     def cache_rows_for(self, model: str, keys: Sequence[int]) -> list[VectorRow]:
         if not keys:

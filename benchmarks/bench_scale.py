@@ -14,7 +14,9 @@ every recall searches all n memories — the hardest case:
   the shipped static embedder; the query embedding is included), p50 / p99 over ``--queries``
   queries × ``--rounds`` rounds after one untimed first recall (reported on its own: it loads the
   vector cache and trains the ANN index), and recall@10 of the corpus's relevant memories. The
-  first recall is timed again in a new engine on the same file at the end, as after a restart.
+  first recall is timed again at the end in a new process on the same file, as after a restart
+  (it adopts the side files the first recall wrote, `engramdb.retrieval.side_files`), with that
+  process's own peak RSS.
 - **baselines**, in the same run on the same data: plain SQLite FTS5 (a standalone table over the
   same title / content / tags, porter stemming, BM25 top 10, queried with the same stop-word-free
   terms engramdb's lexical channel uses) and numpy brute-force cosine (the same stored vectors,
@@ -27,7 +29,8 @@ every recall searches all n memories — the hardest case:
 - **reflect**: `agent.reflect()` with its defaults, up to ``--reflect-up-to`` memories (1M by
   default, every size; pass a smaller number to skip the larger sizes).
 - **peak RSS**: engramdb runs in its own process per size (VmHWM after build and recalls; the
-  dedup batch and reflection report their own rise); the baselines run in another process.
+  dedup batch and reflection report their own rise); the baselines run in another process; the
+  reopened process reports its own VmHWM.
 
 ``--cache-dir`` keeps each built database (keyed by size, seed, schema version, embedder, batch
 sizes and the corpus generator's source) and reuses it: the build figures then come from the run
@@ -65,7 +68,7 @@ sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 import provenance  # noqa: E402
 from peers._common import latency_stats, rss_peak_kb  # noqa: E402
-from scale_report import HOPS, SYSTEMS, TARGETS, K, markdown, plot  # noqa: E402
+from scale_report import HOPS, SYSTEMS, TARGETS, TARGETS_15, K, markdown, plot  # noqa: E402
 
 AGENT = "bench"
 CORPUS_AGENTS = 8
@@ -365,14 +368,17 @@ class EngineWorker:
             "batch_per_s": round(1000 / batch_s, 1),
             "batch_peak_rise_mb": round(peak_mb() - before, 1),
         }
-        # A new engine on the same file, as after a restart: what caches kept beside the database save.
+        # A new process on the same file, as after a restart: what the side files beside the database save.
         self.engine.close()
-        self.open()
-        me = self.me
-        t = time.perf_counter()
-        me.recall("warm up the vector cache", k=K, hops=HOPS)
-        out["restart_first_recall_s"] = round(time.perf_counter() - t, 3)
+        done = subprocess.run(
+            [sys.executable, __file__, "--reopen", str(self.path)], capture_output=True, text=True, check=True
+        )
+        reopened = json.loads(done.stdout.strip().splitlines()[-1])
+        out["restart_first_recall_s"] = reopened["first_recall_s"]
+        out["restart"] = reopened
         if self.n <= self.cfg["reflect_up_to"]:
+            self.open()
+            me = self.me
             reset_peak()
             before = rss_mb()
             t = time.perf_counter()
@@ -385,10 +391,38 @@ class EngineWorker:
                     for s in report.steps
                 },
             }
-        self.engine.close()
+            self.engine.close()
         # Every file of the database at the end, side files of caches included.
-        out["final_files"] = {p.name: p.stat().st_size for p in self.path.parent.glob(self.path.name + "*")}
+        out["final_files"] = {
+            p.name: sum(f.stat().st_size for f in p.iterdir()) if p.is_dir() else p.stat().st_size
+            for p in self.path.parent.glob(self.path.name + "*")
+        }
         return out
+
+
+def reopen(path: Path) -> dict[str, Any]:
+    """A new process's first recall on `path` (run as ``--reopen PATH``): open, first recall, and
+    this process's peak RSS, so a restart is measured on its own and not inside the builder's."""
+    from engramdb import DynamicMemoryEngine
+
+    t = time.perf_counter()
+    engine = DynamicMemoryEngine(path)
+    me = engine.agent(AGENT)
+    open_s = time.perf_counter() - t
+    t = time.perf_counter()
+    me.recall("warm up the vector cache", k=K, hops=HOPS)
+    first = time.perf_counter() - t
+    channel = engine.vectors
+    out = {
+        "open_s": round(open_s, 3),
+        "first_recall_s": round(first, 3),
+        "vectors_restored": bool(channel is not None and channel.restored),
+        "lexical_restored": bool(engine._runtime.recaller.lexical.restored),
+        "rss_after_first_recall_mb": round(rss_mb(), 1),
+        "peak_rss_mb": round(peak_mb(), 1),
+    }
+    engine.close()
+    return out
 
 
 def describe_index(engine: Any) -> str:
@@ -679,7 +713,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="scale", help="results file stem")
     ap.add_argument("--worker", nargs=2, metavar=("ROLE", "CONFIG"), help=argparse.SUPPRESS)
     ap.add_argument("--prepare", nargs=4, metavar=("N", "SEED", "QUERIES", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--reopen", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.reopen:
+        print(json.dumps(reopen(args.reopen)))
+        return 0
     if args.prepare:
         n, seed, count, out = args.prepare
         prepare_queries(int(n), int(seed), int(count), Path(out))
@@ -704,9 +742,12 @@ def main(argv: list[str] | None = None) -> int:
         "git": git_state(),
         "command": command,
         "params": {
-            k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("worker", "prepare")
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(args).items()
+            if k not in ("worker", "prepare", "reopen")
         },
         "targets": TARGETS,
+        "targets_15": TARGETS_15,
         "results": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,15 @@ from typing import Any
 
 K, HOPS = 10, 1  # as bench_scale.py recalls
 TARGETS = {"p50_ms": 50.0, "p99_ms": 150.0, "bytes_per_memory": 3000}  # issue #6, at 1M memories
+#: issue #15, measured side by side in one run: peak RSS and a new process's first recall at 1M,
+#: remember with dedup on at 1M, recall p50 at 10k against FTS5's
+TARGETS_15 = {
+    "peak_rss_mb": 2048.0,
+    "restart_first_recall_s": 3.0,
+    "dedup_single_per_s": 1000.0,
+    "dedup_batch_per_s": 10000.0,
+    "p50_ratio_fts5_10k": 1.0,
+}
 SYSTEMS = ("engramdb", "fts5", "numpy")
 
 
@@ -96,6 +105,7 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|",
         *(f"| {name} | {want} | {got} | {'yes' if ok else 'no'} |" for name, want, got, ok in checks),
         "",
+        *targets_15(rows),
         "Where the bytes go (per memory, after the build, before any recall; from SQLite's dbstat):",
         "",
     ]
@@ -107,6 +117,65 @@ def markdown(report: dict[str, Any]) -> str:
         cells = [f"{parts.get(p, 0) / r['n']:,.0f}" for p in names] + [f"{other / r['n']:,.0f}"]
         out.append(f"| {r['n']:,} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def targets_15(rows: list[dict[str, Any]]) -> list[str]:
+    """The targets table of issue #15 (peak RSS and restart at 1M, dedup throughput at 1M, p50 at 10k)."""
+    t = TARGETS_15
+    by_n = {r["n"]: r for r in rows}
+    checks: list[tuple[str, str, str, bool | None]] = []
+    big = by_n.get(1_000_000)
+    if big is not None:
+        e = big["engramdb"]
+        restart = e.get("restart", {})
+        peak = max(e["peak_rss_mb"], restart.get("peak_rss_mb", 0.0))
+        checks += [
+            (
+                "peak RSS at 1M (engine process over build + recalls; reopened process)",
+                f"≤ {t['peak_rss_mb']:,.0f} MB",
+                f"{e['peak_rss_mb']:,.0f} MB; {fmt(restart.get('peak_rss_mb'))} MB",
+                peak <= t["peak_rss_mb"],
+            ),
+            (
+                "first recall of a new process at 1M",
+                f"≤ {t['restart_first_recall_s']:.0f} s",
+                f"{e['restart_first_recall_s']:.2f} s",
+                e["restart_first_recall_s"] <= t["restart_first_recall_s"],
+            ),
+            (
+                "remember with dedup at 1M, one by one",
+                f"≥ {t['dedup_single_per_s']:,.0f} /s",
+                f"{e['dedup']['single_per_s']:,.0f} /s",
+                e["dedup"]["single_per_s"] >= t["dedup_single_per_s"],
+            ),
+            (
+                "remember with dedup at 1M, batched",
+                f"≥ {t['dedup_batch_per_s']:,.0f} /s",
+                f"{e['dedup']['batch_per_s']:,.0f} /s",
+                e["dedup"]["batch_per_s"] >= t["dedup_batch_per_s"],
+            ),
+        ]
+    small = by_n.get(10_000)
+    if small is not None:
+        rec = small["recall"]
+        checks.append(
+            (
+                "recall p50 at 10k against FTS5's",
+                "≤ 1.0×",
+                f"{rec['engramdb']['p50_ms']:.2f} / {rec['fts5']['p50_ms']:.2f} ms = {ratio(small['derived']['p50_ratio_fts5'])}",
+                small["derived"]["p50_ratio_fts5"] <= t["p50_ratio_fts5_10k"],
+            )
+        )
+    if not checks:
+        return []
+    return [
+        "Targets of issue #15 (measured side by side in this run):",
+        "",
+        "| target | wanted | measured | met |",
+        "|---|---|---|---|",
+        *(f"| {name} | {want} | {got} | {'yes' if ok else 'no'} |" for name, want, got, ok in checks),
+        "",
+    ]
 
 
 def plot(report: dict[str, Any], path: Path) -> str:

@@ -78,7 +78,7 @@ LAYERS: dict[str, int] = {
     "engramdb.retrieval.columns": SERVICES,
     "engramdb.retrieval.lexical_channel": SERVICES,
     "engramdb.retrieval.vector_channel": SERVICES,
-    "engramdb.retrieval.vector_file": SERVICES,
+    "engramdb.retrieval.side_files": SERVICES,
     "engramdb.retrieval.retriever": SERVICES,
     "engramdb.retrieval.row_vectors": SERVICES,
     "engramdb.observability.stats": SERVICES,

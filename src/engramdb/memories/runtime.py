@@ -8,7 +8,6 @@ agent handle); they never take a connection, and they reach storage only through
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -104,7 +103,8 @@ class Runtime:
 
                     database = self.store.cache_file if self._vector_file else None
                     channel = VectorChannel(embedder, self._make_index(embedder.dim), database=database)
-                recaller = Recaller(self.store, self.clock, self.scoring, embedder, channel, LexicalChannel())
+                lexical = LexicalChannel(database=self.store.cache_file if self._vector_file else None)
+                recaller = Recaller(self.store, self.clock, self.scoring, embedder, channel, lexical)
                 recaller.annotate = self.annotate
                 recaller.limits = self.limits
                 self._parts = (embedder, channel, recaller)
@@ -148,17 +148,13 @@ class Runtime:
         return with_lifecycle(memory, self.clock() if now is None else now, self.forgetting)
 
     def drop_vector_file(self) -> None:
-        """Delete the vector side file, if any (it is only a cache), so that a forgotten memory's
-        vector does not outlive it on disk; the next save writes one without it."""
+        """Delete the side files, if any (they are only caches), so that a forgotten memory's vector
+        and terms do not outlive it on disk; the next save writes them without it."""
         if not self._vector_file or self.store.cache_file is None:
             return
-        embedder = self.embedder
-        if embedder is None:
-            return
-        from engramdb.retrieval.vector_file import side_file_for
+        from engramdb.retrieval.side_files import remove_side_files
 
-        with contextlib.suppress(FileNotFoundError):
-            side_file_for(self.store.cache_file, embedder.name).unlink()
+        remove_side_files(self.store.cache_file)
 
     def close(self) -> None:
         """Save the vector side file when enough changed, then close the store. Closing again
@@ -171,6 +167,8 @@ class Runtime:
         try:
             if parts is not None and parts[1] is not None:
                 parts[1].save_if_changed(self.store)
+            if parts is not None:
+                parts[2].lexical.save_if_changed(self.store)
         finally:
             self.store.close()
 

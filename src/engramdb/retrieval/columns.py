@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,15 @@ class Codes:
     def names(self) -> list[str]:
         """The strings by code (``names()[code]``)."""
         return list(self._codes)
+
+    @classmethod
+    def of(cls, names: list[str]) -> Codes:
+        """Codes from `names` (as `names` returned them): ValueError unless "" is code 0 and names are distinct."""
+        if not names or names[0] != "" or len(set(names)) != len(names) or not all(isinstance(x, str) for x in names):
+            raise ValueError("not a list of codes")
+        out = cls()
+        out._codes = {name: i for i, name in enumerate(names)}
+        return out
 
 
 class VisibilityColumns:
@@ -95,6 +104,41 @@ class VisibilityColumns:
         self.vto[row] = math.nan if valid_to is None else valid_to
         self.type[row] = self.types.get(mtype)
         self.version += 1
+
+    _ARRAYS = ("tenant", "owner", "level", "archived", "vfrom", "vto", "type")
+
+    def to_arrays(self, n: int) -> dict[str, npt.NDArray[Any]]:
+        """Rows [0, n) of every column as ``col_<name>`` arrays (views), for a side file; the
+        string codes go with them as `codes_state`."""
+        return {f"col_{name}": getattr(self, name)[:n] for name in self._ARRAYS}
+
+    def codes_state(self) -> dict[str, list[str]]:
+        """The string codes (tenants and owners, types), JSON-ready."""
+        return {"codes": self.codes.names(), "types": self.types.names()}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]], state: Mapping[str, Any], n: int) -> VisibilityColumns:
+        """Columns from `to_arrays` and `codes_state`, with room for `n` rows (rows past the
+        arrays stay archived). ValueError when they do not fit together."""
+        out = cls(1024 if n < 1024 else 1)
+        for name in cls._ARRAYS:
+            a = np.asarray(arrays[f"col_{name}"])
+            mine = getattr(out, name)
+            if a.dtype != mine.dtype or a.ndim != 1 or len(a) > max(n, 1024):
+                raise ValueError(f"column {name} is {a.dtype} x {a.shape}")
+            if n < 1024:
+                mine[: len(a)] = a
+            elif len(a) == n and a.flags.writeable and a.flags.c_contiguous:
+                setattr(out, name, a)  # a fresh array just read from the file: adopted, not copied
+            else:
+                raise ValueError(f"column {name} has {len(a)} rows, not {n}")
+        out.codes, out.types = Codes.of(list(state["codes"])), Codes.of(list(state["types"]))
+        top = max(len(out.codes.names()), len(out.types.names()))
+        if len(out.tenant) and (
+            int(out.tenant.max()) >= top or int(out.owner.max()) >= top or int(out.type.max()) >= top
+        ):
+            raise ValueError("a column holds a code the side file does not name")
+        return out
 
     def hide(self, row: int) -> None:
         """Make `row` invisible to every reader (its memory lost its text or vector)."""

@@ -17,7 +17,13 @@ one array slice and a few vector operations over its postings, with the same BM2
 - The stored rows are the truth; this is a cache refreshed incrementally by the memories' write
   sequence (``changed``), like the vector channel. New and changed memories go into a small
   delta beside the main postings (compressed sparse rows, one array per term); the delta is
-  merged into the main postings when it grows past a fraction of them.
+  merged into the main postings when it grows past a fraction of them. A first load reads the rows
+  in batches and sorts every posting once (as one int64 per (term, key) pair), so no Python
+  object per posting or per row outlives its batch.
+- Given the `database` file, the index is saved as a side file (`engramdb.retrieval.side_files`:
+  ``lexical.npz``) after a first load of at least `SAVE_MIN` memories and at `save_if_changed`
+  (the engine's `close`) when more than a tenth of the rows changed since; a new process adopts
+  it when its stamp fits the database and reads only the rows changed since, as any refresh does.
 
     idf(t)  = ln(1 + (N − df + 0.5) / (df + 0.5))
     bm25    = Σ_t idf(t) · (k1 + 1) / (1 + k1 · (1 − b + b · len / avglen))
@@ -26,14 +32,18 @@ one array slice and a few vector operations over its postings, with the same BM2
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from engramdb.memories.model import Visibility
+from engramdb.retrieval import side_files
 from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.retrieval.keywords import entity_terms
 from engramdb.storage.ports import Backend, IndexRow
@@ -45,14 +55,87 @@ MERGE_AT = 50_000
 #: a refresh with more changed rows than this is indexed straight into the main postings
 BULK = 20_000
 
+#: rows per batch of a first load
+LOAD_BATCH = 50_000
+#: fewer memories than this are loaded from the database faster than a side file pays off
+SAVE_MIN = 20_000
+#: `save_if_changed` saves when more than this share of the rows changed since the last save
+_CLOSE_SAVE_SHARE = 0.1
+KIND = "lexical"
+
 _EMPTY = np.zeros(0, dtype=np.int32)
+log = logging.getLogger(__name__)
+
+
+class _Rings:
+    """Each memory's access ring (bytes or None), compactly: one blob with offsets as loaded or
+    saved, and a dict of the rows changed since (a million Python bytes objects cost ~60 MB)."""
+
+    def __init__(self) -> None:
+        self._off = np.zeros(1, dtype=np.int64)
+        self._blob = b""
+        self._has = np.zeros(0, dtype=np.bool_)
+        self._over: dict[int, bytes | None] = {}
+
+    def __getitem__(self, key: int) -> bytes | None:
+        if key in self._over:
+            return self._over[key]
+        if key < len(self._has) and self._has[key]:
+            return self._blob[int(self._off[key]) : int(self._off[key + 1])]
+        return None
+
+    def __setitem__(self, key: int, value: bytes | None) -> None:
+        if key in self._over or self[key] != value:
+            self._over[key] = value
+
+    def to_arrays(self, n: int) -> dict[str, npt.NDArray[Any]]:
+        """Rows [0, n) as ``ring_off``, ``ring_blob`` and ``ring_has``."""
+        has = np.zeros(n, dtype=np.bool_)
+        lengths = np.zeros(n, dtype=np.int64)
+        m = min(n, len(self._has))
+        has[:m] = self._has[:m]
+        lengths[:m] = np.diff(self._off)[:m]
+        parts: list[bytes] = []
+        last = 0
+        for key in sorted(k for k in self._over if k < n):
+            value = self._over[key]
+            parts.append(
+                self._blob[int(self._off[min(last, len(self._has))]) : int(self._off[min(key, len(self._has))])]
+            )
+            parts.append(value or b"")
+            has[key], lengths[key] = value is not None, len(value or b"")
+            last = key + 1
+        parts.append(self._blob[int(self._off[min(last, len(self._has))]) : int(self._off[m])])
+        off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=off[1:])
+        blob = b"".join(parts)
+        if len(blob) != int(off[-1]):
+            raise AssertionError("ring offsets do not add up")
+        return {"ring_off": off, "ring_blob": np.frombuffer(blob, dtype=np.uint8), "ring_has": has}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, npt.NDArray[Any]]) -> _Rings:
+        out = cls()
+        out._off = np.asarray(arrays["ring_off"], dtype=np.int64)
+        out._has = np.asarray(arrays["ring_has"], dtype=np.bool_)
+        out._blob = np.asarray(arrays["ring_blob"], dtype=np.uint8).tobytes()
+        if len(out._off) != len(out._has) + 1 or int(out._off[-1]) != len(out._blob) or np.any(np.diff(out._off) < 0):
+            raise ValueError("ring offsets do not fit the blob")
+        return out
 
 
 class LexicalChannel:
     """BM25 over every memory's stems, for any reader, from memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, database: Path | None = None) -> None:
         self._lock = threading.RLock()
+        self._database = database
+        #: where the index is kept between processes (None: it is not)
+        self.side_file = side_files.side_dir_for(database) / "lexical.npz" if database is not None else None
+        self._instance: str | None = None
+        self._dirty = 0  # rows loaded since the last save or adoption
+        self._unsafe = False  # a refresh inside an open transaction: never saved
+        self._restored = False
         #: (mask key, visible count, {term: document frequency}) of the last `search`
         self._last_df: tuple[tuple[object, ...], int, dict[int, int]] | None = None
         self._seen = -1
@@ -65,7 +148,7 @@ class LexicalChannel:
         self._old_count = np.zeros(len(self.cols), dtype=np.int64)
         self._old_newest = np.full(len(self.cols), np.nan)
         self._old_oldest = np.full(len(self.cols), np.nan)
-        self._ring: list[bytes | None] = [None] * len(self.cols)
+        self._ring = _Rings()
         self._sig = np.zeros(len(self.cols), dtype=np.int64)  # hash of each row's terms text
         self._vocab: dict[str, int] = {}
         # main postings: the keys holding term t are _ids[_indptr[t]:_indptr[t + 1]], for t < len(_indptr) - 1
@@ -80,18 +163,52 @@ class LexicalChannel:
 
     # -- keeping up with the store ---------------------------------------------------------------
 
+    @property
+    def restored(self) -> bool:
+        """True when this index came from the side file rather than from every stored row."""
+        return self._restored
+
     def refresh(self, store: Backend) -> None:
         """Load whatever changed since the last refresh (cheap when nothing did)."""
         with self._lock:
             latest = store.changes.current()
             if latest == self._seen:
                 return
-            rows = store.memories.index_rows(self._seen)
-            if rows:
-                self._ensure(1 + max(r[0] for r in rows))
-                self._apply(rows)
-                self._last_df = None  # postings changed: document frequencies with them
+            if store.in_transaction():
+                self._unsafe = True
+            first = self._seen == -1
+            if first and self.side_file is not None:
+                self._restore(store, latest)
+                first = self._seen == -1
+            if first:
+                pending: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]] = []
+                for rows in store.memories.index_row_batches(-1, LOAD_BATCH):
+                    if not rows:
+                        continue
+                    self._ensure(1 + max(r[0] for r in rows))
+                    self._apply(rows, pending)
+                if pending:
+                    self._merge(np.concatenate([t for t, _ in pending]), np.concatenate([k for _, k in pending]))
+                self._last_df = None
+            else:
+                rows = store.memories.index_rows(self._seen)
+                if rows:
+                    self._ensure(1 + max(r[0] for r in rows))
+                    self._apply(rows)
+                    self._last_df = None  # postings changed: document frequencies with them
             self._seen = latest
+            if first and self._size >= SAVE_MIN:
+                self._save(store)
+
+    def save_if_changed(self, store: Backend) -> None:
+        """Save the side file when more than a tenth of the rows changed since the last save (or
+        adoption), after catching up with `store`; called by `DynamicMemoryEngine.close`."""
+        with self._lock:
+            if self._seen < 0:
+                return
+            self.refresh(store)
+            if self._size >= SAVE_MIN and self._dirty > _CLOSE_SAVE_SHARE * self._size:
+                self._save(store)
 
     def _ensure(self, size: int) -> None:
         self._size = max(self._size, size)
@@ -112,7 +229,6 @@ class LexicalChannel:
         self._old_count = grown(self._old_count, 0)  # type: ignore[assignment]
         self._old_newest = grown(self._old_newest, np.nan)
         self._old_oldest = grown(self._old_oldest, np.nan)
-        self._ring.extend([None] * (new - cap))
         self._sig = grown(self._sig, 0)  # type: ignore[assignment]
         self._stale = grown(self._stale, 0)  # type: ignore[assignment]
 
@@ -120,7 +236,11 @@ class LexicalChannel:
         vocab = self._vocab
         return [vocab.setdefault(t, len(vocab)) for t in terms.split()]
 
-    def _apply(self, rows: Sequence[IndexRow]) -> None:
+    def _apply(
+        self, rows: Sequence[IndexRow], pending: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]] | None = None
+    ) -> None:
+        """Index `rows`; with `pending` (a first load), stage their postings there for one merge."""
+        self._dirty += len(rows)
         keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         self.cols.set_many(keys, [r[1:8] for r in rows])
         self._length[keys] = [max(float(r[9] or 1), 1.0) for r in rows]
@@ -138,8 +258,8 @@ class LexicalChannel:
         if not len(moved):
             return
         self._sig[keys[moved]] = sigs[moved]
-        if len(moved) > BULK:
-            self._bulk(keys[moved], [texts[i] for i in moved.tolist()])
+        if len(moved) > BULK or pending is not None:
+            self._bulk(keys[moved], [texts[i] for i in moved.tolist()], pending)
             return
         for i in moved.tolist():
             key = int(keys[i])
@@ -152,8 +272,14 @@ class LexicalChannel:
         if self._delta_count > max(MERGE_AT, len(self._ids) // 10):
             self._merge(_EMPTY, _EMPTY)
 
-    def _bulk(self, keys: npt.NDArray[np.int64], texts: list[str]) -> None:
-        """Index many rows straight into the main postings (a first load, a large import)."""
+    def _bulk(
+        self,
+        keys: npt.NDArray[np.int64],
+        texts: list[str],
+        pending: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]] | None = None,
+    ) -> None:
+        """Index many rows straight into the main postings (a first load, a large import); with
+        `pending`, only stage their (term, key) pairs there for the caller's one merge."""
         for key in self._delta_docs.keys() & set(keys.tolist()):
             self._retire(key)
         self._stale[keys] = True
@@ -164,7 +290,12 @@ class LexicalChannel:
         for t in sorted(set(flat).difference(vocab)):
             vocab[t] = len(vocab)
         terms = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int32, count=len(flat))
-        self._merge(terms, np.repeat(keys.astype(np.int32), counts))
+        del flat
+        owners = np.repeat(keys.astype(np.int32), counts)
+        if pending is None:
+            self._merge(terms, owners)
+        else:
+            pending.append((terms, owners))
 
     def _retire(self, key: int) -> None:
         """Take `key`'s current postings out of use (main: marked stale; delta: removed)."""
@@ -180,21 +311,140 @@ class LexicalChannel:
     def _merge(self, extra_terms: npt.NDArray[np.int32], extra_keys: npt.NDArray[np.int32]) -> None:
         """Rebuild the main postings from the live main postings, the delta and `extra` pairs."""
         counts = np.diff(self._indptr)
-        main_terms = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         live = ~self._stale[self._ids]
         d_terms = [t for t, keys in self._delta.items() for _ in keys]
         d_keys = [k for keys in self._delta.values() for k in keys]
-        terms = np.concatenate([main_terms[live], np.asarray(d_terms, dtype=np.int32), extra_terms])
-        keys = np.concatenate([self._ids[live], np.asarray(d_keys, dtype=np.int32), extra_keys])
-        order = np.lexsort((keys, terms))  # by term, then key: `_holds` bisects a term's keys
-        self._ids = np.ascontiguousarray(keys[order], dtype=np.int32)
+        # One int64 per posting, term in the high half and key in the low: one sort orders them by
+        # term, then key (`_holds` bisects a term's keys), in less memory and time than a lexsort.
+        pair = np.concatenate(
+            [
+                (np.repeat(np.arange(len(counts), dtype=np.int64), counts)[live] << 32) | self._ids[live],
+                (np.asarray(d_terms, dtype=np.int64) << 32) | np.asarray(d_keys, dtype=np.int64),
+                (np.asarray(extra_terms, dtype=np.int64) << 32) | np.asarray(extra_keys, dtype=np.int64),
+            ]
+        )
+        pair.sort()
+        self._ids = (pair & 0xFFFFFFFF).astype(np.int32)
+        pair >>= 32
         self._indptr = np.zeros(len(self._vocab) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(terms, minlength=len(self._vocab)), out=self._indptr[1:])
+        np.cumsum(np.bincount(pair, minlength=len(self._vocab)), out=self._indptr[1:])
+        del pair
         self._stale[:] = False
         self._n_stale = 0
         self._delta.clear()
         self._delta_docs.clear()
         self._delta_count = 0
+
+    # -- the side file --------------------------------------------------------------------------
+
+    _PER_ROW = (
+        ("_length", np.float32, 1.0),
+        ("_importance", np.float64, 0.0),
+        ("_created", np.float64, 0.0),
+        ("_old_count", np.int64, 0),
+        ("_old_newest", np.float64, np.nan),
+        ("_old_oldest", np.float64, np.nan),
+        ("_sig", np.int64, 0),
+        ("_stale", np.bool_, 0),
+    )
+
+    def _tip(self, store: Backend, upto: int) -> list[tuple[int, int, str]]:
+        return [
+            (int(n), int(c), side_files.digest(f"{terms}\x00{entities}".encode("utf-8", "surrogatepass")))
+            for n, c, terms, entities in store.memories.term_tip(upto, side_files.TIP_ROWS)
+        ]
+
+    def _save(self, store: Backend) -> None:
+        """Write the side file (a cache of committed rows only; failures are logged, not raised)."""
+        if self.side_file is None or self._unsafe or self._seen < 0 or self._database is None:
+            return
+        if self._instance is None:
+            self._instance = store.instance_id()
+            if self._instance is None:
+                return
+        n = self._size
+        arrays: dict[str, npt.NDArray[Any]] = {
+            name.lstrip("_"): getattr(self, name)[:n] for name, _, _ in self._PER_ROW
+        }
+        arrays.update(self.cols.to_arrays(n))
+        arrays.update(self._ring.to_arrays(n))
+        pairs = [(t, k) for k, ts in self._delta_docs.items() for t in ts]
+        arrays["indptr"], arrays["ids"] = self._indptr, self._ids
+        arrays["delta_terms"] = np.asarray([t for t, _ in pairs], dtype=np.int32)
+        arrays["delta_keys"] = np.asarray([k for _, k in pairs], dtype=np.int32)
+        arrays["vocab"] = np.frombuffer("\n".join(self._vocab).encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        stamp = {
+            "kind": KIND,
+            "instance_id": self._instance,
+            "change": self._seen,
+            "tip": self._tip(store, self._seen),
+            "size": n,
+            "vocab": len(self._vocab),
+            "columns": self.cols.codes_state(),
+        }
+        try:
+            side_files.write_side_file(self.side_file, arrays, stamp, database=self._database)
+        except OSError as exc:
+            log.warning("could not save the lexical index to %s: %s", self.side_file, exc)
+        self._dirty = 0
+
+    def _restore(self, store: Backend, latest: int) -> None:
+        """Adopt the side file when it fits this database; else leave the index empty."""
+        assert self.side_file is not None
+        side_files.prefetch(self.side_file.parent)
+        self._instance = store.instance_id()
+        if self._instance is None:
+            return
+        try:
+            self._adopt(store, latest)
+        except FileNotFoundError:
+            return
+        except Exception as exc:  # a cache: whatever is wrong with it, load from the database
+            log.debug("ignoring the lexical side file %s: %s: %s", self.side_file, type(exc).__name__, exc)
+
+    def _adopt(self, store: Backend, latest: int) -> None:
+        assert self.side_file is not None and self._instance is not None
+        meta, arrays = side_files.read_side_file(self.side_file, kind=KIND, instance_id=self._instance, latest=latest)
+        change, n = int(meta["change"]), int(meta["size"])
+        if not side_files.tip_fits(meta.get("tip", []), self._tip(store, change)):
+            raise ValueError("its rows differ from the database's (a restored backup written to since?)")
+        words = bytes(arrays["vocab"]).decode("utf-8", "surrogatepass").split("\n") if meta["vocab"] else []
+        if len(words) != int(meta["vocab"]) or len(set(words)) != len(words):
+            raise ValueError("the vocabulary does not fit its count")
+        indptr, ids = np.asarray(arrays["indptr"], dtype=np.int64), np.asarray(arrays["ids"], dtype=np.int32)
+        if len(indptr) != len(words) + 1 or int(indptr[-1]) != len(ids) or (len(ids) and int(ids.max()) >= n):
+            raise ValueError("the postings do not fit the vocabulary")
+        cols = VisibilityColumns.from_arrays(arrays, meta["columns"], n)
+        cap = len(cols)
+        per_row = {}
+        for name, dtype, fill in self._PER_ROW:
+            a = np.asarray(arrays[name.lstrip("_")])
+            if a.dtype != dtype or a.shape != (n,):
+                raise ValueError(f"{name} is {a.dtype} x {a.shape}, not {n} rows")
+            if len(a) == cap and a.flags.writeable:
+                per_row[name] = a  # a fresh array just read from the file: adopted, not copied
+            else:
+                full = np.full(cap, fill, dtype=dtype)
+                full[:n] = a
+                per_row[name] = full
+        ring = _Rings.from_arrays(arrays)
+        if len(ring._has) != n:
+            raise ValueError("the rings do not fit the rows")
+        d_terms, d_keys = arrays["delta_terms"].tolist(), arrays["delta_keys"].tolist()
+        delta: dict[int, set[int]] = {}
+        docs: dict[int, list[int]] = {}
+        for t, k in zip(d_terms, d_keys, strict=True):
+            delta.setdefault(t, set()).add(k)
+            docs.setdefault(k, []).append(t)
+        # Only now, every check passed: nothing is half-adopted.
+        for name, full in per_row.items():
+            setattr(self, name, full)
+        self.cols, self._ring, self._size = cols, ring, n
+        self._vocab = dict(zip(words, range(len(words)), strict=True))
+        self._indptr, self._ids = indptr, ids
+        self._n_stale = int(np.count_nonzero(self._stale))
+        self._delta, self._delta_docs, self._delta_count = delta, docs, len(d_terms)
+        self._seen, self._dirty, self._restored, self._last_df = change, 0, True, None
 
     # -- searching -----------------------------------------------------------------------------
 

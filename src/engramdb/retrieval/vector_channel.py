@@ -3,27 +3,27 @@ visibility attributes beside it, so the visible set is masked *before* the top-k
 
 The stored vectors are the truth; this is a cache refreshed incrementally by the memories'
 write sequence (``changed``), which every process's writes advance, so a recall always sees
-what other threads and processes have committed.
+what other threads and processes have committed. A first load reads the rows in batches
+(`engramdb.storage.ports.VectorStore.cache_row_batches`) into an `AnnIndex` that defers its IVF
+build to the end, so no copy of every vector is ever held as Python objects or float32 at once.
 
 **Surviving a restart.** Given the `database` file and an `AnnIndex`, the channel saves the index
-beside the database (see `vector_file`) after every refresh that (re)built the IVF, and in
+(matrix, keys, visibility columns, and the IVF in faiss's own file) as a side file
+(`engramdb.retrieval.side_files`) after every refresh that (re)built the IVF, and in
 `save_if_changed` (the engine's `close`) when more than a tenth of the cached rows changed since the
-last save. The first refresh of a new process then adopts that file instead of reading every
-vector and training the IVF again, when it fits this database: same embedder and dimension, same
-``instance_id``, a counter not ahead of the database, equal index settings, and the newest saved
-vectors equal to the stored ones (a restored backup that has diverged since is refused). It then
-reads only the visibility columns of every memory (no vector blobs) and each memory's
-``changed``: a row the file holds at the same ``changed`` is trusted, any other memory at or
-below the saved counter is read again from the database, memories the file holds but the
-database does not stay hidden, and the usual incremental refresh goes on from the saved counter.
-Whatever is wrong with the file, it is ignored (logged at debug level) and everything is loaded
-as before.
+last save. The first refresh of a new process adopts that file when its stamp fits this database
+(format and version, embedder and dimension, ``instance_id``, a change not ahead of the database,
+the tip of recently changed rows, the sums of every array, equal index settings) and then reads
+only the rows changed since the saved change, like any later refresh. Whatever is wrong with the
+file, it is ignored (logged at debug level) and everything is loaded from the database.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import stat
+import os
+import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,8 +33,8 @@ import numpy.typing as npt
 
 from engramdb.embeddings.base import Embedder
 from engramdb.memories.model import Visibility
+from engramdb.retrieval import side_files
 from engramdb.retrieval.columns import VisibilityColumns
-from engramdb.retrieval.vector_file import read_side_file, side_file_for, write_side_file
 from engramdb.storage.ports import Backend, VectorRow
 from engramdb.vectors.ann import AnnIndex
 from engramdb.vectors.base import VectorIndex
@@ -42,8 +42,6 @@ from engramdb.vectors.exact import ExactIndex
 
 log = logging.getLogger(__name__)
 
-#: saved vectors compared with the stored ones when a side file is adopted
-_TIP_ROWS = 32
 #: `save_if_changed` saves when more than this share of the cached rows changed since the last save
 _CLOSE_SAVE_SHARE = 0.1
 #: `best_matches` computes its similarities in blocks of rows of about this many bytes
@@ -54,6 +52,10 @@ NEAR_K = 32
 #: passing candidates re-scored exactly, and how far an approximate score may be below a cosine
 _RESCORE = 4
 _APPROX_MARGIN = 0.02
+
+#: rows per batch of a first load
+LOAD_BATCH = 20_000
+KIND = "vectors"
 
 
 class VectorChannel:
@@ -76,13 +78,10 @@ class VectorChannel:
         self._database = database
         #: where the index is kept between processes (None: it is not)
         self.side_file = (
-            side_file_for(database, embedder.name)
+            side_files.side_dir_for(database) / f"vectors-{side_files.safe_name(embedder.name)}.npz"
             if database is not None and isinstance(self.index, AnnIndex)
             else None
         )
-        # Per index row, the `changed` its vector was read at (~changed once the memory lost it):
-        # saved with the index so a new process can tell which rows are still current.
-        self._changed = np.zeros(1024 if self.side_file else 0, dtype=np.int64)
         self._instance: str | None = None
         self._dirty = 0  # rows loaded or hidden since the last save or adoption
         self._saved_generation = 0
@@ -111,11 +110,14 @@ class VectorChannel:
                 self._unsafe = True
             if self._seen == -1 and self.side_file is not None:
                 self._restore(store, latest)
-            self._apply(store.vectors.cache_rows(self.embedder.name, self._seen))
+            if self._seen == -1:
+                self._load_all(store)
+            else:
+                self._apply(store.vectors.cache_rows(self.embedder.name, self._seen))
             self._seen = latest
             index = self.index
             if isinstance(index, AnnIndex) and index.generation != self._saved_generation:
-                self._save()
+                self._save(store)
 
     def save_if_changed(self, store: Backend | None = None) -> None:
         """Save the side file when more than a tenth of the cached rows were loaded or hidden since
@@ -126,9 +128,16 @@ class VectorChannel:
             if store is not None and self._seen >= 0:
                 self.refresh(store)
             if self._dirty > _CLOSE_SAVE_SHARE * len(self.index):
-                self._save()
+                self._save(store)
 
     # -- loading ----------------------------------------------------------------------------------
+
+    def _load_all(self, store: Backend) -> None:
+        """A first load, in batches; an `AnnIndex` builds its IVF once, at the end."""
+        bulk = self.index.bulk() if isinstance(self.index, AnnIndex) else contextlib.nullcontext()
+        with bulk:
+            for rows in store.vectors.cache_row_batches(self.embedder.name, -1, LOAD_BATCH):
+                self._apply(rows)
 
     def _apply(self, rows: Sequence[VectorRow]) -> None:
         """Cache `rows` (`engramdb.storage.ports.VectorRow`): upsert their vectors, or purge the ones that have none.
@@ -138,7 +147,6 @@ class VectorChannel:
         the cache and its vector is overwritten with zeros, in the matrix and in the IVF, so no
         later save of the side file carries it.
         """
-        track = self.side_file is not None
         purged = []
         for r in rows:
             if r[9] is None:
@@ -146,8 +154,6 @@ class VectorChannel:
                 if row is not None:
                     self.cols.hide(row)
                     purged.append(r[0])
-                    if track:
-                        self._changed[row] = ~int(r[1])
                     self._dirty += 1
         if purged:
             keys = np.asarray(purged, dtype=np.int64)
@@ -163,107 +169,119 @@ class VectorChannel:
         )
         # Most changed rows are changed by an access (ring, strength), not a new vector: re-adding an
         # unchanged vector to the IVF cost ~14 ms per recall at 1M memories (the hits of the last one).
-        fresh = np.ones(len(rows), dtype=np.bool_)
-        known = np.flatnonzero([self.index.row_of(r[0]) is not None for r in rows])
-        if len(known):
-            fresh[known[np.all(self.index.vectors_of(keys[known]) == vecs[known], axis=1)]] = False
+        fresh = ~_same_vectors(self.index, keys, vecs)
         if fresh.all():
             self.index.upsert(keys, vecs)
         elif fresh.any():
             self.index.upsert(keys[fresh], vecs[fresh])
         n = len(self.index)
         self.cols.grow(n)
-        rows_of = np.fromiter((self.index.row_of(r[0]) for r in rows), dtype=np.int64, count=len(rows))
-        self.cols.set_many(rows_of, [r[2:9] for r in rows])
-        if track:
-            if len(self._changed) < n:
-                grown = np.zeros(max(n, 2 * len(self._changed)), dtype=np.int64)
-                grown[: len(self._changed)] = self._changed
-                self._changed = grown
-            self._changed[rows_of] = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+        self.cols.set_many(_rows_of(self.index, keys), [r[2:9] for r in rows])
         self._dirty += int(np.count_nonzero(fresh))
+
+    def _tip(self, store: Backend, upto: int) -> list[tuple[int, int, str]]:
+        return [
+            (int(n), int(c), side_files.digest(bytes(vec)))
+            for n, c, vec in store.vectors.tip(self.embedder.name, upto, side_files.TIP_ROWS)
+        ]
 
     def _restore(self, store: Backend, latest: int) -> None:
         """Adopt the side file when it fits this database (see the module docstring); else nothing."""
         assert self.side_file is not None and isinstance(self.index, AnnIndex)
+        side_files.prefetch(self.side_file.parent)
         self._instance = store.instance_id()
         if self._instance is None:
             return
         try:
-            saved = read_side_file(
-                self.side_file,
-                model=self.embedder.name,
-                dim=self.embedder.dim,
-                instance_id=self._instance,
-                latest=latest,
-                settings=self.index.settings,
-            )
+            for attempt in (1, 2):
+                try:
+                    index, cols, change = self._read(store, latest)
+                    break
+                except FileNotFoundError:
+                    # The IVF named by the stamp may have been replaced by another process's save
+                    # between our two opens: read the new pair once more.
+                    if attempt == 2 or not self.side_file.exists():
+                        raise
         except FileNotFoundError:
             return
         except Exception as exc:  # a cache: whatever is wrong with it, load from the database
             log.debug("ignoring the vector side file %s: %s: %s", self.side_file, type(exc).__name__, exc)
             return
-        index, changed, change = saved.index, saved.changed, saved.change
-        # The newest saved vectors must be the stored ones: a backup restored after the save and
-        # written to since reuses change numbers for other contents.
-        matrix = index.vectors_matrix()
-        for n, n_changed, vec in store.vectors.tip(self.embedder.name, change, _TIP_ROWS):
-            row = index.row_of(n)
-            if row is not None and changed[row] == n_changed and matrix[row].tobytes() != vec:
-                log.debug("ignoring the vector side file %s: its vectors differ from the database's", self.side_file)
-                return
-        # Both reads in one snapshot, so each memory's attributes and `changed` belong together.
-        with store.snapshot():
-            attrs = store.memories.visibility_rows()
-            pairs = store.memories.changed_upto(change)
-        cols = VisibilityColumns(max(1024, len(index)))  # rows never set stay archived: hidden
-        mem = np.fromiter((p[0] for p in pairs), dtype=np.int64, count=len(pairs))
-        at = np.fromiter((p[1] for p in pairs), dtype=np.int64, count=len(pairs))
-        keys = index.keys()
-        trusted = np.zeros(len(mem), dtype=np.bool_)
-        rows = np.zeros(len(mem), dtype=np.int64)
-        if len(keys) and len(mem):
-            order = np.argsort(keys, kind="stable")
-            pos = np.minimum(np.searchsorted(keys[order], mem), len(keys) - 1)
-            rows = order[pos]
-            held = keys[rows] == mem
-            current = held & (changed[rows] == at)
-            trusted = current | (held & (changed[rows] == ~at))
-            attr_n = np.fromiter((a[0] for a in attrs), dtype=np.int64, count=len(attrs))
-            where = np.searchsorted(attr_n, mem[current])
-            cols.set_many(rows[current], [attrs[i][1:] for i in where.tolist()])
-        self.index, self.cols, self._changed = index, cols, changed
+        self.index, self.cols = index, cols
         self._seen, self._dirty, self._restored = change, 0, True
-        # Memories at or below the saved counter that the file does not hold as they are now.
-        stale = mem[~trusted].tolist()
-        if stale:
-            self._apply(store.vectors.cache_rows_for(self.embedder.name, stale))
-        if stale:
-            log.debug("vector side file %s: %d memories read again", self.side_file, len(stale))
+
+    def _read(self, store: Backend, latest: int) -> tuple[AnnIndex, VisibilityColumns, int]:
+        assert self.side_file is not None and self._instance is not None and isinstance(self.index, AnnIndex)
+        meta, arrays = side_files.read_side_file(self.side_file, kind=KIND, instance_id=self._instance, latest=latest)
+        if meta.get("model") != self.embedder.name or meta.get("dim") != self.embedder.dim:
+            raise ValueError(f"made for embedder {meta.get('model')!r} ({meta.get('dim')}-d)")
+        change = int(meta["change"])
+        if not side_files.tip_fits(meta.get("tip", []), self._tip(store, change)):
+            raise ValueError("its rows differ from the database's (a restored backup written to since?)")
+        ivf_file = None
+        if meta.get("ivf_file"):
+            ivf_file = self.side_file.with_name(str(meta["ivf_file"]))
+            if side_files.file_sum(ivf_file) != meta.get("ivf_sum"):
+                raise ValueError(f"{ivf_file.name} is damaged (its sum differs)")
+        index = AnnIndex.from_arrays(arrays, copy=False, ivf_file=ivf_file)
+        if index.settings != self.index.settings:
+            raise ValueError(f"made by an index with settings {index.settings}, this one has {self.index.settings}")
+        cols = VisibilityColumns.from_arrays(arrays, meta["columns"], len(index))
+        return index, cols, change
 
     # -- saving -----------------------------------------------------------------------------------
 
-    def _save(self) -> None:
+    def _save(self, store: Backend | None) -> None:
         """Write the side file (only a trained `AnnIndex` of committed rows is worth keeping)."""
         index = self.index
         if not isinstance(index, AnnIndex):
             return
         self._saved_generation = index.generation
-        if self.side_file is None or self._instance is None or self._unsafe or self._seen < 0 or not index.trained:
+        if self.side_file is None or self._unsafe or self._seen < 0 or not index.trained or store is None:
             return
         assert self._database is not None
+        if self._instance is None:
+            self._instance = store.instance_id()
+            if self._instance is None:
+                return
+        folder = self.side_file.parent
+        stem = self.side_file.name.removesuffix(".npz")
+        ivf_name = f"{stem}.{secrets.token_hex(6)}.faiss"
         try:
-            mode = stat.S_IMODE(self._database.stat().st_mode) & 0o666
-            write_side_file(
-                self.side_file,
-                index,
-                self._changed[: len(index)],
-                model=self.embedder.name,
-                dim=self.embedder.dim,
-                instance_id=self._instance,
-                change=self._seen,
-                mode=mode,
+            mode, dmode = side_files.folder_mode(self._database)
+            folder.mkdir(mode=dmode, exist_ok=True)
+            tmp = folder / f".{ivf_name}.tmp"
+            try:
+                index.write_ivf(tmp)
+                os.chmod(tmp, mode)
+                ivf_sum = side_files.file_sum(tmp)
+                os.replace(tmp, folder / ivf_name)
+            finally:
+                tmp.unlink(missing_ok=True)
+            arrays = {**index.to_arrays(ivf=False), **self.cols.to_arrays(len(index))}
+            stamp = {
+                "kind": KIND,
+                "model": self.embedder.name,
+                "dim": self.embedder.dim,
+                "instance_id": self._instance,
+                "change": self._seen,
+                "tip": self._tip(store, self._seen),
+                "ivf_file": ivf_name,
+                "ivf_sum": ivf_sum,
+                "columns": self.cols.codes_state(),
+            }
+            side_files.write_side_file(self.side_file, arrays, stamp, database=self._database)
+            # Older IVF files of this embedder are no one's any more (a reader of the old stamp
+            # that loses this race reads the new pair again, or loads from the database).
+            for old in folder.glob(f"{stem}.*.faiss"):
+                if old.name != ivf_name:
+                    with contextlib.suppress(OSError):
+                        old.unlink()
+            legacy = self._database.with_name(
+                f"{self._database.name}.vectors-{side_files.safe_name(self.embedder.name)}.npz"
             )
+            with contextlib.suppress(OSError):
+                legacy.unlink()  # the single-file format of earlier pre-releases
         except OSError as exc:
             log.warning("could not save the vector cache to %s: %s", self.side_file, exc)
         self._dirty = 0
@@ -306,7 +324,6 @@ class VectorChannel:
                 return [None] * len(vecs)
             base = self.mask(vis)
             q = np.asarray(vecs, dtype=np.float32)
-            matrix = self.index.vectors_matrix()
             block = max(1, SIMS_BYTES // (4 * n))
             sims = np.empty((0, n), dtype=np.float32)
             out: list[tuple[int, float] | None] = []
@@ -314,12 +331,7 @@ class VectorChannel:
             keys = self.index.keys()
             for i, f in enumerate(filters):
                 if i % block == 0:
-                    rows = q[i : i + block]
-                    # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small
-                    # product, see ExactIndex.search); a real block: BLAS, where its threads pay off.
-                    sims = (
-                        np.stack([np.einsum("nd,d->n", matrix, r) for r in rows]) if len(rows) <= 4 else rows @ matrix.T
-                    )
+                    sims = _similarities(self.index, q[i : i + block])
                 m = masks.get(f)
                 if m is None:
                     mtype, owner, level = f
@@ -415,3 +427,39 @@ class VectorChannel:
                 return {}
             vecs = self.index.vectors_of(np.asarray(keys, dtype=np.int64))
             return dict(zip(keys, np.einsum("ij,j->i", vecs, query_vec).tolist(), strict=True))
+
+
+def _similarities(index: VectorIndex, rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Cosines of `rows` with every indexed vector (the index's own blocked product when it has one:
+    a compact index never makes a float32 copy of its matrix)."""
+    own = getattr(index, "similarities", None)
+    if own is not None:
+        out: npt.NDArray[np.float32] = own(rows)
+        return out
+    matrix = index.vectors_matrix()
+    # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small product, see
+    # ExactIndex.search); a real block: BLAS, where its threads pay off.
+    return np.stack([np.einsum("nd,d->n", matrix, r) for r in rows]) if len(rows) <= 4 else rows @ matrix.T
+
+
+def _same_vectors(
+    index: VectorIndex, keys: npt.NDArray[np.int64], vecs: npt.NDArray[np.float32]
+) -> npt.NDArray[np.bool_]:
+    """Which of `keys` the index already holds with exactly `vecs` (as it stores them)."""
+    own = getattr(index, "same_vectors", None)
+    if own is not None:
+        same: npt.NDArray[np.bool_] = own(keys, vecs)
+        return same
+    out = np.zeros(len(keys), dtype=np.bool_)
+    known = np.flatnonzero([index.row_of(k) is not None for k in keys.tolist()])
+    if len(known):
+        out[known] = np.all(index.vectors_of(keys[known]) == vecs[known], axis=1)
+    return out
+
+
+def _rows_of(index: VectorIndex, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    own = getattr(index, "rows_of", None)
+    if own is not None:
+        rows: npt.NDArray[np.int64] = own(keys)
+        return rows
+    return np.fromiter((index.row_of(k) for k in keys.tolist()), dtype=np.int64, count=len(keys))

@@ -354,6 +354,16 @@ class MemoryRows(Protocol):
         """Every memory changed after `since`, as the lexical index loads it."""
         ...
 
+    def index_row_batches(self, since: int, size: int) -> Iterator[list[IndexRow]]:
+        """`index_rows` in batches of about `size` rows, all from one read of the store (a first
+        load of a million memories, without holding them all as Python objects at once)."""
+        ...
+
+    def term_tip(self, upto: int, limit: int) -> list[tuple[int, int, str, str]]:
+        """(key, changed, terms, entities) of the `limit` most recently changed memories at or
+        before `upto`, newest first (ties by key, newest first): what a saved lexical index checks."""
+        ...
+
     def visibility_rows(self) -> list[tuple[int, str, str, int, int, float | None, float | None, str]]:
         """(key, *VisibilityAttrs) of every memory, by key."""
         ...
@@ -515,7 +525,12 @@ class MemoryVectors(Protocol):
         ...
 
     def tip(self, model: str, upto: int, limit: int) -> list[tuple[int, int, bytes]]:
-        """(key, changed, vector) of the `limit` most recently changed memories at or before `upto`."""
+        """(key, changed, vector) of the `limit` most recently changed memories at or before `upto`
+        (newest first, ties by key, newest first)."""
+        ...
+
+    def cache_row_batches(self, model: str, since: int, size: int) -> Iterator[list[VectorRow]]:
+        """`cache_rows` in batches of about `size` rows, all from one read of the store."""
         ...
 
 

@@ -2,6 +2,10 @@
 
 About 0.6 ms per query at 10k vectors and a few ms at 100k (384-d, 2 cores, single-threaded
 einsum); past ~100k an ANN index behind `VectorIndex` is the better trade.
+
+Keys map to rows through `KeyRows`, an int32 array indexed by key (memory keys are small dense
+integers): 4 bytes per key instead of the ~100 bytes a Python dict entry with two int objects
+costs (about 100 MB at a million keys), and a whole batch is looked up in one numpy operation.
 """
 
 from __future__ import annotations
@@ -12,6 +16,73 @@ import numpy.typing as npt
 #: `nearest` compares its queries with the matrix in blocks of about this many bytes of scores
 NEAREST_BYTES = 64 << 20
 
+#: keys at or above this (or negative) go to a dict instead of the dense array
+DENSE_LIMIT = 1 << 28
+
+
+class KeyRows:
+    """key -> row for non-negative integer keys: a dense int32 array (-1: absent), with a dict for
+    the rare key that is negative or huge (so a sparse key cannot make the array explode)."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._dense = np.full(max(1, capacity), -1, dtype=np.int32)
+        self._far: dict[int, int] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def get(self, key: int) -> int | None:
+        if 0 <= key < len(self._dense):
+            row = int(self._dense[key])
+            return None if row < 0 else row
+        return self._far.get(key)
+
+    def lookup(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The rows of `keys` (-1 for unknown keys), in one pass."""
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        out = np.full(len(keys), -1, dtype=np.int64)
+        inside = (keys >= 0) & (keys < len(self._dense))
+        out[inside] = self._dense[keys[inside]]
+        if self._far and not inside.all():
+            for i in np.flatnonzero(~inside).tolist():
+                out[i] = self._far.get(int(keys[i]), -1)
+        return out
+
+    def set_many(self, keys: npt.NDArray[np.int64], rows: npt.NDArray[np.int64]) -> None:
+        """Map each of `keys` (distinct) to its row; the caller counts only new keys via `added`."""
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if not len(keys):
+            return
+        dense = (keys >= 0) & (keys < DENSE_LIMIT)
+        if dense.any():
+            top = int(keys[dense].max())
+            if top >= len(self._dense):
+                grown = np.full(max(top + 1, 2 * len(self._dense)), -1, dtype=np.int32)
+                grown[: len(self._dense)] = self._dense
+                self._dense = grown
+            k, r = keys[dense], rows[dense]
+            self._count += int(np.count_nonzero(self._dense[k] < 0))
+            self._dense[k] = r
+        if not dense.all():
+            for key, row in zip(keys[~dense].tolist(), rows[~dense].tolist(), strict=True):
+                if key not in self._far:
+                    self._count += 1
+                self._far[key] = row
+
+    @classmethod
+    def of(cls, keys: npt.NDArray[np.int64]) -> KeyRows:
+        """The map of `keys` to their positions (keys must be distinct: ValueError otherwise)."""
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        out = cls(int(keys.max()) + 1 if len(keys) and 0 <= keys.max() < DENSE_LIMIT else 1024)
+        positions = np.arange(len(keys), dtype=np.int64)
+        out.set_many(keys, positions)
+        # A repeated key maps to its last position only, so an earlier one reads back another row.
+        if not np.array_equal(out.lookup(keys), positions):
+            raise ValueError("repeated keys")
+        return out
+
 
 class ExactIndex:
     """A `VectorIndex` that scans every vector. Keys map to rows; rows never move."""
@@ -20,7 +91,7 @@ class ExactIndex:
         self._dim = dim
         self._vecs: npt.NDArray[np.float32] = np.zeros((capacity, dim), dtype=np.float32)
         self._keys: npt.NDArray[np.int64] = np.zeros(capacity, dtype=np.int64)
-        self._rows: dict[int, int] = {}
+        self._rows = KeyRows()
         self._n = 0
 
     @property
@@ -44,18 +115,31 @@ class ExactIndex:
     def row_of(self, key: int) -> int | None:
         return self._rows.get(key)
 
+    def rows_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The rows of `keys` in `keys()` order, -1 for unknown keys."""
+        return self._rows.lookup(keys)
+
     def upsert(self, keys: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
         if len(keys) != len(vectors):
             raise ValueError("keys and vectors differ in length")
-        self._grow(self._n + sum(1 for key in keys.tolist() if key not in self._rows))
-        for key, vec in zip(keys.tolist(), vectors, strict=True):
-            row = self._rows.get(key)
-            if row is None:
-                row = self._n
-                self._rows[key] = row
-                self._keys[row] = key
-                self._n += 1
-            self._vecs[row] = vec
+        key_arr = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if not len(key_arr):
+            return
+        last: dict[int, int] = {}  # key -> index of its last vector in this call; first-seen order
+        for i, key in enumerate(key_arr.tolist()):
+            last[key] = i
+        distinct = np.fromiter(last.keys(), dtype=np.int64, count=len(last))
+        rows = self._rows.lookup(distinct)
+        fresh = rows < 0
+        added = int(np.count_nonzero(fresh))
+        self._grow(self._n + added)
+        rows[fresh] = np.arange(self._n, self._n + added, dtype=np.int64)
+        self._keys[rows[fresh]] = distinct[fresh]
+        self._rows.set_many(distinct[fresh], rows[fresh])
+        self._vecs[rows] = np.asarray(vectors, dtype=np.float32)[
+            np.fromiter(last.values(), dtype=np.int64, count=len(last))
+        ]
+        self._n += added
 
     def vectors_matrix(self) -> npt.NDArray[np.float32]:
         """The stored vectors, one row per key in `keys()` order (a view, not a copy)."""
@@ -65,11 +149,33 @@ class ExactIndex:
         return self._keys[: self._n]
 
     def vectors_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        out = np.zeros((len(keys), self._dim), dtype=np.float32)
-        for i, key in enumerate(keys.tolist()):
-            row = self._rows.get(key)
-            if row is not None:
-                out[i] = self._vecs[row]
+        rows = self._rows.lookup(keys)
+        out = np.zeros((len(rows), self._dim), dtype=np.float32)
+        known = rows >= 0
+        out[known] = self._vecs[rows[known]]
+        return out
+
+    def same_vectors(self, keys: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
+        """For each of `keys`, True when the index already holds exactly `vectors`' row for it
+        (as stored: a compact index compares its compact form), so re-adding it would change nothing."""
+        rows = self._rows.lookup(keys)
+        same = np.zeros(len(rows), dtype=np.bool_)
+        known = np.flatnonzero(rows >= 0)
+        if len(known):
+            same[known] = np.all(self._vecs[rows[known]] == vectors[known], axis=1)
+        return same
+
+    def similarities(self, queries: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Cosines of each of `queries` (m x dim) with every stored vector: an m x len(self) matrix."""
+        q = np.asarray(queries, dtype=np.float32)
+        matrix = self._vecs[: self._n]
+        # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small product, see
+        # `search`); a real block: BLAS, where its threads pay off.
+        if len(q) <= 4:
+            return (
+                np.stack([np.einsum("nd,d->n", matrix, r) for r in q]) if len(q) else np.zeros((0, self._n), np.float32)
+            )
+        out: npt.NDArray[np.float32] = q @ matrix.T
         return out
 
     def search(
@@ -115,7 +221,7 @@ class ExactIndex:
         sims = np.full((len(q), k), -np.inf, dtype=np.float32)
         if n == 0 or k <= 0:
             return rows, sims
-        matrix = self._vecs[:n]
+        matrix = self.vectors_matrix()  # float32 (dequantised once an AnnIndex is compact)
         take = min(k, n)
         block = max(1, NEAREST_BYTES // (4 * n))
         for start in range(0, len(q), block):

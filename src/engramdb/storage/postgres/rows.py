@@ -7,7 +7,7 @@ ring as bytes), so a row reads back into the same `Memory` (`row_to_memory` is s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -461,6 +461,21 @@ class PgMemoryRows:
             (since,),
         )
         return [(*r[:11], None if r[11] is None else bytes(r[11]), *r[12:]) for r in rows]
+
+    def index_row_batches(self, since: int, size: int) -> Iterator[list[IndexRow]]:
+        # PostgreSQL keeps no side files, so a first load here is rarely large: one batch.
+        rows = self.index_rows(since)
+        if rows:
+            yield rows
+
+    def term_tip(self, upto: int, limit: int) -> list[tuple[int, int, str, str]]:
+        rows = self._fetch(
+            ALL_TENANTS,
+            f"SELECT n, changed, terms, entities FROM {M} WHERE changed <= %s "  # noqa: S608 - engine table names, values bound
+            "ORDER BY changed DESC, n DESC LIMIT %s",
+            (upto, limit),
+        )
+        return [(int(n), int(c), str(t), str(e)) for n, c, t, e in rows]
 
     def visibility_rows(self) -> list[tuple[int, str, str, int, int, float | None, float | None, str]]:
         return self._fetch(

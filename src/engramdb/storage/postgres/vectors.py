@@ -102,6 +102,12 @@ class PgMemoryVectors:
     def cache_rows(self, model: str, since: int) -> list[VectorRow]:
         return self._cache(self._fetch(ALL_TENANTS, _CACHE_ROWS + "WHERE m.changed > %s", (model, since)))
 
+    def cache_row_batches(self, model: str, since: int, size: int) -> Iterator[list[VectorRow]]:
+        # PostgreSQL keeps no side files, so a first load here is rarely large: one batch.
+        rows = self.cache_rows(model, since)
+        if rows:
+            yield rows
+
     def cache_rows_for(self, model: str, keys: Sequence[int]) -> list[VectorRow]:
         if not keys:
             return []
@@ -111,7 +117,7 @@ class PgMemoryVectors:
         rows = self._fetch(
             ALL_TENANTS,
             f"SELECT m.n, m.changed, v.vec FROM {M} m JOIN {V} v ON v.tenant = m.tenant AND v.n = m.n "  # noqa: S608 - engine table names and predicates, values bound
-            "AND v.model = %s WHERE m.changed <= %s ORDER BY m.changed DESC LIMIT %s",
+            "AND v.model = %s WHERE m.changed <= %s ORDER BY m.changed DESC, m.n DESC LIMIT %s",
             (model, upto, limit),
         )
         return [(int(n), int(c), _raw(vec) or b"") for n, c, vec in rows]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from engramdb.memories.model import (
@@ -26,7 +26,7 @@ from engramdb.storage.ports import (
     Restored,
     Stored,
 )
-from engramdb.storage.sqlite.connection import SqliteStore, translated
+from engramdb.storage.sqlite.connection import SqliteStore, translate, translated
 from engramdb.storage.sqlite.visibility import predicate
 
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
@@ -50,6 +50,11 @@ def _named(prefix: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
 
 #: a memory's tags as a JSON array (stored as '' when it has none)
 _TAGS = "CASE WHEN m.tags = '' THEN '[]' ELSE m.tags END"
+
+_INDEX_ROWS = (
+    "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens, "
+    "importance, ring, old_count, old_newest, old_oldest, created_at, entities FROM engram_memories "
+)
 
 
 class SqliteMemoryRows:
@@ -468,6 +473,30 @@ class SqliteMemoryRows:
                 "importance, ring, old_count, old_newest, old_oldest, created_at, entities FROM engram_memories "
                 "WHERE changed > ?",
                 (since,),
+            )
+            .fetchall()
+        )
+
+    def index_row_batches(self, since: int, size: int) -> Iterator[list[IndexRow]]:
+        # One statement read in pieces: SQLite keeps its snapshot until the cursor is exhausted.
+        conn = self._store.connection("engine")
+        with translate(conn):
+            cur = conn.raw.execute(_INDEX_ROWS + "WHERE changed > ?", (since,))
+        while True:
+            with translate(conn):
+                rows = cur.fetchmany(size)
+            if not rows:
+                return
+            yield rows
+
+    @translated
+    def term_tip(self, upto: int, limit: int) -> list[tuple[int, int, str, str]]:
+        return (
+            self._db()
+            .execute(
+                "SELECT n, changed, terms, entities FROM engram_memories WHERE changed <= ? "
+                "ORDER BY changed DESC, n DESC LIMIT ?",
+                (upto, limit),
             )
             .fetchall()
         )

@@ -58,6 +58,18 @@ class SqliteMemoryVectors:
     def cache_rows(self, model: str, since: int) -> list[VectorRow]:
         return self._db().execute(_CACHE_ROWS + "WHERE m.changed > ?", (model, since)).fetchall()
 
+    def cache_row_batches(self, model: str, since: int, size: int) -> Iterator[list[VectorRow]]:
+        # One statement read in pieces: SQLite keeps its snapshot until the cursor is exhausted.
+        conn = self._store.connection("engine")
+        with translate(conn):
+            cur = conn.raw.execute(_CACHE_ROWS + "WHERE m.changed > ?", (model, since))
+        while True:
+            with translate(conn):
+                rows = cur.fetchmany(size)
+            if not rows:
+                return
+            yield rows
+
     @translated
     def cache_rows_for(self, model: str, keys: Sequence[int]) -> list[VectorRow]:
         out: list[VectorRow] = []
@@ -74,7 +86,7 @@ class SqliteMemoryVectors:
             self._db()
             .execute(
                 "SELECT m.n, m.changed, v.vec FROM engram_memories m JOIN engram_vectors v ON v.n = m.n AND v.model = ? "
-                "WHERE m.changed <= ? ORDER BY m.changed DESC LIMIT ?",
+                "WHERE m.changed <= ? ORDER BY m.changed DESC, m.n DESC LIMIT ?",
                 (model, upto, limit),
             )
             .fetchall()

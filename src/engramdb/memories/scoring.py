@@ -66,6 +66,9 @@ class ScoringConfig:
     w_imp: float = 0.5
     w_when: float = 0.75  # a_when: lift of a memory made inside a date the query names (0 = off)
     w_entity: float = 0.5  # a_ent: lift of a memory one of whose entities the query names (0 = off)
+    #: the entity lift also for a memory whose text holds a word the query writes capitalised
+    #: (a name: `keywords.query_names`), so it works without `entities=` at remember time
+    name_focus: bool = True
     w_ctx: float = 1.0  # a_ctx: lift by the best candidate made close in time (0 = off)
     ctx_tau: float = 900.0  # τ, seconds: how fast the temporal context lift fades with the time apart
     hops: int = 1
@@ -79,6 +82,16 @@ class ScoringConfig:
     min_age: float = 1.0  # seconds; an access is never younger than this
     candidates: int = 50  # per channel (lexical, vector)
     spread_combine: str = "max"  # "max" or "sum" (ACT-R, spec 001): how contributions reaching one node add up
+    #: how rel mixes the channels: "minmax" (the formula above, rel min-maxed over the candidates)
+    #: or "rank": reciprocal-rank fusion, rel = (1 − μ)·(λ·r(cos) + (1 − λ)·r(cue)) + μ·r(bm25) with
+    #: r = (k₀ + 1) / (k₀ + rank) over the candidates (1 for the best, 0 where a channel has nothing),
+    #: a scale that no query's spread of scores changes
+    fusion: str = "minmax"
+    #: seconds: memories written one after the other (adjacent keys) within this of each other are
+    #: neighbours for spreading as if linked ``precedes`` (retrieval/sequence.py; 0 = off). A prior:
+    #: one sitting, an hour, lays down an episode
+    sequence_window: float = 3600.0
+    rank_k: float = 60.0  # k₀ of the rank fusion: Cormack et al.'s (2009) constant, a prior
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -89,6 +102,12 @@ class ScoringConfig:
             raise ConfigError(f"ScoringConfig.mu must be in [0, 1], got {self.mu!r}")
         if self.spread_combine not in ("sum", "max"):
             raise ConfigError(f'ScoringConfig.spread_combine must be "sum" or "max", got {self.spread_combine!r}')
+        if self.fusion not in ("minmax", "rank"):
+            raise ConfigError(f'ScoringConfig.fusion must be "minmax" or "rank", got {self.fusion!r}')
+        if self.sequence_window < 0:
+            raise ConfigError(f"ScoringConfig.sequence_window must be >= 0 (seconds), got {self.sequence_window!r}")
+        if not self.rank_k > 0:
+            raise ConfigError(f"ScoringConfig.rank_k must be > 0, got {self.rank_k!r}")
         if not 0 < self.decay < 1:
             raise ConfigError(f"ScoringConfig.decay must be in (0, 1), got {self.decay!r}")
         if self.w_when < 0 or self.w_entity < 0 or self.w_ctx < 0:
@@ -128,6 +147,22 @@ def absolute_relevance(coverage: float, cos: float, unrelated_cosine: float = 0.
 def relevance(cos: float, cue: float, lam: float, bm25: float = 0.0, mu: float = 0.0) -> float:
     """(1 − μ)·(λ·cos + (1 − λ)·cue) + μ·bm25: a convex mix of signals each in [0, 1]."""
     return (1.0 - mu) * (lam * cos + (1.0 - lam) * cue) + mu * bm25
+
+
+def rank_scores(values: Sequence[float], k0: float) -> list[float]:
+    """(k₀ + 1) / (k₀ + rank) of each value among `values` (rank 1 = the largest; ties share the
+    better rank), 0 for a value ≤ 0 (the channel has nothing for it): a reciprocal-rank score in
+    (0, 1] that does not depend on how far apart the values are."""
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    out = [0.0] * len(values)
+    rank, prev = 0, None
+    for pos, i in enumerate(order):
+        if values[i] <= 0:
+            break
+        if prev is None or values[i] < prev:
+            rank, prev = pos + 1, values[i]
+        out[i] = (k0 + 1.0) / (k0 + rank)
+    return out
 
 
 def sigmoid(x: float) -> float:

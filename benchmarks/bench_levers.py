@@ -17,7 +17,6 @@ Writes levers.json (benchmarks/out/ unless --out).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -37,13 +36,15 @@ BATCH = 1000
 
 
 def settings() -> dict[str, ScoringConfig]:
-    """The shipped defaults and each lever flipped (name focus, the fusion, temporal context)."""
+    """The shipped defaults and each lever flipped (name focus, the fusion, implicit episodes, temporal
+    context, the entity lift). The speaker prefix is read at remember time and costs recall nothing."""
     base = ScoringConfig()
     other = "minmax" if base.fusion == "rank" else "rank"
     return {
         "defaults": base,
         f"name_focus={not base.name_focus}": replace(base, name_focus=not base.name_focus),
         f"fusion={other}": replace(base, fusion=other),
+        "sequence_window=0 (no implicit episodes)": replace(base, sequence_window=0.0),
         "w_ctx=0": replace(base, w_ctx=0.0),
         "w_entity=0 (no entity, no name focus)": replace(base, w_entity=0.0),
     }

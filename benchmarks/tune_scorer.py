@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import math
 import pickle
@@ -57,6 +56,7 @@ from bench_locomo import QUERY_DELAY, Haystack, K, build_all, rank_engramdb
 from engramdb import DynamicMemoryEngine
 from engramdb.memories.scoring import ScoringConfig, rank_scores, temporal_context
 from engramdb.memories.scoring import top_weight as top_weight_of
+from engramdb.memories.text import speaker_of
 from engramdb.retrieval.keywords import cue_terms, entity_token, keywords, query_entity_tokens, query_names, stem
 from engramdb.retrieval.when import windows_in
 from engramdb.testing import FixedClock
@@ -91,11 +91,13 @@ HOLD_REASONS = {
     "tie-breaker for the price of 0.003-0.01 R@10 here",
     "name_focus": "a switch, chosen on validation by bench_locomo.py's ablation row (the replay records the "
     "entity lift as the engine computed it)",
+    "sequence_window": "a prior (one sitting, an hour, lays down an episode); LoCoMo's sessions are days apart, "
+    "so any window from the turn spacing to a day acts the same here",
     "ctx_tau": "a prior (turns of one sitting are minutes apart: τ = 15 min fades a lift over a sitting, "
     "not across sittings), not fitted, because LoCoMo's turn times are the harness's own invention "
     "(locomo.TURN_SPACING); bench_locomo.py --spacings shows what the spacing changes",
 }
-DEFAULT_HOLD = "w_imp,candidates,w_rec=0.1,name_focus,ctx_tau"
+DEFAULT_HOLD = "w_imp,candidates,w_rec=0.1,name_focus,ctx_tau,sequence_window"
 #: what the search maximises: the mean of these per-question metrics over categories 1-4
 OBJECTIVES = {"mean": ("r@1", "r@5", "r@10", "r@20", "session_r@5"), "r@10": ("r@10",)}
 GRID: dict[str, Sequence[Any]] = {
@@ -174,8 +176,15 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
     n = len(turns)
     docs = embedder.embed([t.content for t in turns])
     terms = [frozenset(cue_terms(t.content).split()) for t in turns]
-    speaker_token = [entity_token(t.speaker) if hay.inputs == "rich" else None for t in turns]
-    linked = hay.inputs == "rich"
+    cfg0 = ScoringConfig()
+    # richer inputs give each turn its speaker; through the plain API remember reads the same
+    # speaker from the "Name: text" prefix (memories.text.speaker_of)
+    speaker_token = [
+        entity_token(t.speaker) if hay.inputs != "plain" else entity_token(speaker_of(t.content) or "") for t in turns
+    ]
+    # links: precedes edges (richer inputs) and implicit episodes (ScoringConfig.sequence_window),
+    # both between consecutive turns of a session here (sessions are days apart)
+    linked = hay.inputs == "rich" or cfg0.sequence_window > 0
     prev_all = [i - 1 if linked and i and turns[i - 1].session == t.session else -1 for i, t in enumerate(turns)]
     next_all = [
         i + 1 if linked and i + 1 < n and turns[i + 1].session == t.session else -1 for i, t in enumerate(turns)
@@ -183,7 +192,7 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
     # the one access of each memory is its creation, at the clock of remember_many: the session's
     # date (richer inputs) or the session's last turn (plain API; see the two builders)
     last = {t.session: t.ts for t in turns}
-    access = [conv.session_times[t.session] if linked else last[t.session] for t in turns]
+    access = [last[t.session] if hay.inputs == "plain" else conv.session_times[t.session] for t in turns]
     age = np.maximum(now - np.array(access), 1.0)
     out = []
     for qi, q in enumerate(conv.questions):
@@ -198,16 +207,18 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
         when = np.array([any(turns[p].ts in w for w in windows) for p in pos.tolist()], dtype=np.float64)
         qstems = frozenset(stem(w) for w in keywords(q.question))
         qents = frozenset(query_entity_tokens(q.question))
-        names = frozenset(query_names(q.question)) if ScoringConfig().name_focus else frozenset()
-        entity = np.array(
-            [1.0 if speaker_token[p] in qents or names & terms[p] else 0.0 for p in pos.tolist()], dtype=np.float64
-        )
+        entity = np.array([1.0 if speaker_token[p] in qents else 0.0 for p in pos.tolist()], dtype=np.float64)
+        held = found[cfg0.candidates][qi][0]  # the candidates at the held candidate count decide, as in recall.py
+        if cfg0.name_focus and not any(entity[where[p]] for p in held):
+            names = frozenset(query_names(q.question))  # recall.py: names in the text stand in
+            entity = np.array([1.0 if names & terms[p] else 0.0 for p in pos.tolist()], dtype=np.float64)
         cos = np.maximum(docs[pos] @ qvec, 0.0).astype(np.float64)
         cue = np.array([len(qstems & terms[p]) / len(qstems) if qstems else 0.0 for p in pos.tolist()])
         bm25 = np.zeros(len(pos))
-        for p, (c, u, b, e) in feats.items():  # the replay must see what the engine saw
+        for p, (c, u, b, _e) in feats.items():  # the replay must see what the engine saw
             assert abs(cos[where[p]] - c) < 1e-4 and abs(cue[where[p]] - u) < 1e-9, q.question
-            assert entity[where[p]] == e, q.question
+            if p in held:
+                assert entity[where[p]] == held[p][3], q.question
             cos[where[p]], bm25[where[p]] = c, b
         masks = {}
         for size in sizes:
@@ -451,8 +462,6 @@ def main(argv: list[str] | None = None) -> int:
     hold = parse_hold(args.hold, current)
     held = list(hold)
     grid = {k: v for k, v in GRID.items() if k not in hold}
-    if args.inputs == "plain":  # no edges: nothing spreads, so the spreading constants cannot be told apart
-        grid = {k: v for k, v in grid.items() if k not in ("gamma", "hop_decay", "spread_combine", "hops")}
     with contextlib.ExitStack() as stack:
         workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tune-")))
         workdir.mkdir(parents=True, exist_ok=True)
@@ -475,18 +484,13 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         # One start per setting of the switches: flipping one alone rarely pays until λ, μ or the
         # weights move with it, so a search from one start would never try the other side.
-        switch_names = [n for n in ("cos_minmax", "spread_combine", "fusion") if n in grid]
-        switches = [
-            dict(zip(switch_names, combo, strict=True)) for combo in itertools.product(*(GRID[n] for n in switch_names))
-        ]
-        spec = replace(SPEC_DEFAULTS, **hold)
-        starts = list(
-            dict.fromkeys(
-                [(replace(current, **hold), 1)]
-                + [(replace(current, **hold, **sw), 1) for sw in switches]
-                + [(replace(spec, **sw), 1) for sw in switches]
-            )
-        )
+        # The current defaults, and each switch flipped once: flipping one alone rarely pays until
+        # λ, μ or the weights move with it, so a search from the defaults would never try the other side.
+        base_cfg = replace(current, **hold)
+        flips = {"cos_minmax": not current.cos_minmax, "fusion": "rank" if current.fusion == "minmax" else "minmax"}
+        flips["spread_combine"] = "sum" if current.spread_combine == "max" else "max"
+        starts = [(base_cfg, 1)] + [(replace(base_cfg, **{k: v}), 1) for k, v in flips.items() if k in grid]
+        starts.append((replace(SPEC_DEFAULTS, **hold), 1))
         print(f"fitting on train ({args.train}) with hops = 1 (recall's default):")
         fit1, _, _ = fit(train_r, starts, [1], grid, args.objective)
         fit1 = simplify(train_r, fit1, 1, current, args.objective, keep=hold)

@@ -344,3 +344,12 @@ def test_rank_fusion_puts_rel_on_a_scale_no_query_changes(make_engine: MakeEngin
     assert [round(h.components.rel, 4) for h in ex.hits] == [1.0, round(11 / 12, 4), round(11 / 13, 4)]
     assert ex.weights["rank_fusion"] == 1.0
     e.close()
+
+
+def test_memories_of_one_instant_are_no_episode(make_engine: MakeEngine, clock: FixedClock) -> None:
+    # One batch without event times: the memories share an instant and carry no order.
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0))
+    a = e.agent("alice")
+    a.remember_many([{"content": "the deploy keys rotate every monday"}, {"content": "nobody writes it down"}])
+    assert len(a.explain("when do the deploy keys rotate", k=3, hops=1).hits) == 1
+    e.close()

@@ -553,7 +553,7 @@ __all__ = [
 ]
 
 
-def _entities(given: object, content: str) -> object:
+def _entities(given: Iterable[str] | None, content: object) -> Iterable[str] | None:
     """The caller's entities; with none given (None), the speaker of a "Name: text" line (text.speaker_of)."""
     if given is not None:
         return given

@@ -7,7 +7,9 @@ often the answer — gets nothing from it. Here two memories that the store hold
 other (adjacent keys: the order they were written in) and whose ``created_at`` lie within
 ``ScoringConfig.sequence_window`` seconds of each other count as linked ``precedes`` (weight 1, not
 causal) for spreading. The window is a prior, not a fit: one sitting (an hour) lays down an
-episode; memories a day apart are not one. Visibility comes first, as for real edges: a neighbour
+episode; memories a day apart are not one. Two memories made at the very same instant (one
+`remember_many` call without event times, a bulk import, a fixed test clock) carry no order, so
+they are no neighbours — the rule temporal context follows too (`scoring.temporal_context`). Visibility comes first, as for real edges: a neighbour
 the reader cannot see is never reached, and `LexicalChannel.fields` answers only for visible keys.
 """
 
@@ -29,7 +31,8 @@ def sequence_neighbours(
     types: frozenset[str] | None = None,
 ) -> dict[int, list[tuple[int, bool, float]]]:
     """{node: [(adjacent key, causal=False, weight 1.0)]} for the keys next to each of `nodes`
-    that `vis` shows (and of `types`) and that were made within `window` seconds of the node."""
+    that `vis` shows (and of `types`) and that were made within `window` seconds of the node (not at
+    the same instant)."""
     if window <= 0 or not nodes:
         return {}
     wanted = sorted({k for n in nodes for k in (n - 1, n, n + 1) if k >= 0})
@@ -39,7 +42,7 @@ def sequence_neighbours(
         t = created.get(n)
         if t is None:
             continue
-        near = [(m, False, 1.0) for m in (n - 1, n + 1) if m in created and abs(created[m] - t) <= window]
+        near = [(m, False, 1.0) for m in (n - 1, n + 1) if m in created and 0 < abs(created[m] - t) <= window]
         if near:
             out[n] = near
     return out

@@ -99,6 +99,11 @@ ENGRAM_SYSTEMS = (
     "engramdb-no-entity",
     "engramdb-no-ctx",
     "engramdb-no-rec",
+    "engramdb-no-names",
+    "engramdb-no-speaker",
+    "engramdb-no-sequence",
+    "engramdb-no-spread",
+    "engramdb-rank-fusion",
     "engramdb-lexical",
     "engramdb-vector",
 )
@@ -126,9 +131,14 @@ LABELS = {
     "engramdb-entities": "engramdb, richer inputs without the links (speaker entities only)",
     "engramdb-rel": "engramdb ablation: rel only",
     "engramdb-no-when": "engramdb ablation: without when",
-    "engramdb-no-entity": "engramdb ablation: without entity / name focus",
+    "engramdb-no-entity": "engramdb ablation: without the entity lift (w_entity = 0)",
     "engramdb-no-ctx": "engramdb ablation: without temporal context",
     "engramdb-no-rec": "engramdb ablation: without recency",
+    "engramdb-no-names": "engramdb ablation: without name focus (names the query writes)",
+    "engramdb-no-speaker": "engramdb ablation: without the speaker prefix as entity (entities=[])",
+    "engramdb-no-sequence": "engramdb ablation: without implicit episodes (sequence_window = 0)",
+    "engramdb-no-spread": "engramdb ablation: without spreading (hops = 0)",
+    "engramdb-rank-fusion": "engramdb ablation: rank fusion instead of min-max",
     "engramdb-lexical": "engramdb ablation: lexical only (no embedder)",
     "engramdb-vector": "engramdb ablation: vector only (λ = 1, μ = 0)",
 }
@@ -430,10 +440,12 @@ class Haystack:
     merged: int = 0  # turns that dedup folded into an earlier memory (plain API, dedup on)
 
 
-def build_plain(conv: Conversation, path: Path) -> Haystack:
+def build_plain(conv: Conversation, path: Path, *, speaker: bool = True) -> Haystack:
     """The plain public API: each turn remembered as ``"speaker: text"`` with its time as
     `created_at` — no entities, no links, no type, every other argument at its default (dedup on);
-    session by session with `remember_many`, the clock at the session's last turn."""
+    session by session with `remember_many`, the clock at the session's last turn. ``speaker=False``
+    (an ablation, not the plain API) passes ``entities=[]`` so that remember reads no speaker from
+    the "Name: text" prefix."""
     t0 = time.perf_counter()
     clock = FixedClock(conv.turns[0].ts)
     engine = DynamicMemoryEngine(path, clock=clock)
@@ -445,14 +457,15 @@ def build_plain(conv: Conversation, path: Path) -> Haystack:
         sessions.setdefault(t.session, []).append(t)
     for turns in sessions.values():
         clock.set(turns[-1].ts)
-        memories = me.remember_many([{"content": t.content, "created_at": t.ts} for t in turns])
+        extra: dict[str, Any] = {} if speaker else {"entities": []}
+        memories = me.remember_many([{"content": t.content, "created_at": t.ts, **extra} for t in turns])
         for t, m in zip(turns, memories, strict=True):
             if m.id in position:
                 merged += 1
             else:
                 position[m.id] = t.position
     engine.close()
-    return Haystack(conv, path, position, time.perf_counter() - t0, "plain", merged)
+    return Haystack(conv, path, position, time.perf_counter() - t0, "plain" if speaker else "plain-nospeaker", merged)
 
 
 def build_engramdb(conv: Conversation, path: Path, *, links: bool = True) -> Haystack:
@@ -483,8 +496,9 @@ def build_engramdb(conv: Conversation, path: Path, *, links: bool = True) -> Hay
 
 def build_all(conversations: Sequence[Conversation], workdir: Path, inputs: str = "rich") -> list[Haystack]:
     """Every conversation remembered with `inputs`: "plain", "rich", or "entities" (rich without links)."""
-    if inputs == "plain":
-        return [build_plain(c, workdir / f"{c.sample_id}-plain.db") for c in conversations]
+    if inputs in ("plain", "plain-nospeaker"):
+        speaker = inputs == "plain"
+        return [build_plain(c, workdir / f"{c.sample_id}-{inputs}.db", speaker=speaker) for c in conversations]
     links = inputs == "rich"
     return [build_engramdb(c, workdir / f"{c.sample_id}-{inputs}.db", links=links) for c in conversations]
 
@@ -516,6 +530,11 @@ def engram_variants(base: ScoringConfig) -> dict[str, Variant]:
         "engramdb-no-entity": Variant("plain", replace(base, w_entity=0.0)),
         "engramdb-no-ctx": Variant("plain", replace(base, w_ctx=0.0)),
         "engramdb-no-rec": Variant("plain", replace(base, w_rec=0.0)),
+        "engramdb-no-names": Variant("plain", replace(base, name_focus=False)),
+        "engramdb-no-speaker": Variant("plain-nospeaker", base),
+        "engramdb-no-sequence": Variant("plain", replace(base, sequence_window=0.0)),
+        "engramdb-no-spread": Variant("plain", base, hops=0),
+        "engramdb-rank-fusion": Variant("plain", replace(base, fusion="rank")),
         "engramdb-lexical": Variant("plain", base, embedder=False),
         "engramdb-vector": Variant("plain", replace(base, lam=1.0, mu=0.0)),
     }
@@ -571,7 +590,7 @@ def run_engramdb(hays: Sequence[Haystack], system: str, variant: Variant) -> Out
         )
         out.add(hay.conv, rankings)
     merged = sum(h.merged for h in hays)
-    if variant.inputs == "plain" and merged:
+    if variant.inputs.startswith("plain") and merged:
         out.notes.append(f"{merged} turns folded into an earlier memory by remember's default dedup")
     return out
 

@@ -7,7 +7,17 @@ whose ``evidence`` names the turns (``dia_id`` ``D<session>:<turn>``) that hold 
 Each conversation is its own haystack: every dialogue turn is a document ``"speaker: text"``
 timestamped at its session's date (``session_<n>_date_time``, e.g. ``"1:56 pm on 8 May, 2023"``,
 read as UTC) plus ``TURN_SPACING`` seconds per turn, so turns keep their order; every question with
-usable evidence is a query.
+usable evidence is a query. LoCoMo gives a time per session only, so the spacing is the harness's
+choice: 30 s, a prior for turns of one chat sitting (short messages, typed in turn), not a figure
+fitted to anything. ``load_locomo(spacing=...)`` changes it; bench_locomo.py ``--spacings 1,30,120``
+shows what depends on it (no scorer default may be tuned to it).
+
+The split (``SPLITS``), fixed once for issue #15: the ten sample ids sorted, shuffled by
+``random.Random(15)`` (the issue's number, chosen before any result was seen), then the first four
+are train, the next three validation, the last three test. Train fits constants, validation chooses
+among fits and levers, and test is read once, for the report. Every session before issue #15 saw
+all ten conversations (the defaults then were chosen on conversations 7-9), so "test" means
+untouched by this method from now on, not never seen.
 
 Malformed evidence, as released, is normalised here and only here:
 
@@ -36,7 +46,14 @@ from pathlib import Path
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
 SOURCE = "https://github.com/snap-research/locomo (data/locomo10.json, CC BY-NC 4.0)"
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-TURN_SPACING = 30.0  # seconds between consecutive turns of one session (the data gives no times)
+TURN_SPACING = 30.0  # seconds between consecutive turns of one session (the data gives no times; a prior)
+
+#: sorted(sample ids), random.Random(15).shuffle, then 4 / 3 / 3 (see the module docstring)
+SPLITS: dict[str, tuple[str, ...]] = {
+    "train": ("conv-44", "conv-50", "conv-41", "conv-43"),
+    "validation": ("conv-48", "conv-47", "conv-30"),
+    "test": ("conv-49", "conv-26", "conv-42"),
+}
 
 # One evidence id: "D<session>:<turn>", tolerating the released typos "D:11:26" and "D30:05".
 _EVIDENCE = re.compile(r"^D:?(\d+):0*(\d+)$")
@@ -107,8 +124,11 @@ def evidence_ids(entry: str) -> list[str]:
     return out
 
 
-def load_locomo(path: Path = DEFAULT_DATA, categories: Iterable[int] = (1, 2, 3, 4, 5)) -> list[Conversation]:
-    """Every conversation of the file, with the questions of `categories` that have usable evidence."""
+def load_locomo(
+    path: Path = DEFAULT_DATA, categories: Iterable[int] = (1, 2, 3, 4, 5), *, spacing: float = TURN_SPACING
+) -> list[Conversation]:
+    """Every conversation of the file, with the questions of `categories` that have usable evidence;
+    turn i of a session is said `spacing` seconds × i after the session's time."""
     if not path.exists():
         raise FileNotFoundError(missing_data_message(path))
     wanted = frozenset(categories)
@@ -122,7 +142,7 @@ def load_locomo(path: Path = DEFAULT_DATA, categories: Iterable[int] = (1, 2, 3,
             start = session_time(conv[f"session_{session}_date_time"])
             times[session] = start
             for i, t in enumerate(conv[f"session_{session}"]):
-                ts = start + i * TURN_SPACING
+                ts = start + i * spacing
                 caption = t.get("blip_caption", "")
                 turns.append(Turn(len(turns), t["dia_id"], session, t["speaker"], t["text"], ts, caption))
             session += 1
@@ -145,10 +165,25 @@ def load_locomo(path: Path = DEFAULT_DATA, categories: Iterable[int] = (1, 2, 3,
     return conversations
 
 
+def split(conversations: Sequence[Conversation], name: str) -> list[Conversation]:
+    """The conversations of split `name` (``SPLITS``), in the split's order."""
+    if name not in SPLITS:
+        raise ValueError(f"no split {name!r}; there are {', '.join(SPLITS)}")
+    by_id = {c.sample_id: c for c in conversations}
+    return [by_id[i] for i in SPLITS[name] if i in by_id]
+
+
 def select(conversations: Sequence[Conversation], spec: str | None) -> list[Conversation]:
-    """Pick conversations by index: ``"0-6"``, ``"7,8,9"``, ``"0-2,5"`` (None or ``"all"``: every one)."""
+    """Pick conversations by split name (``"train"``, ``"validation"``, ``"test"``, comma-separated),
+    by sample id (``"conv-26,conv-30"``) or by index: ``"0-6"``, ``"7,8,9"``, ``"0-2,5"`` (None or ``"all"``: every one)."""
     if spec is None or spec == "all":
         return list(conversations)
+    names = [p.strip() for p in spec.split(",")]
+    if all(n in SPLITS for n in names):
+        return [c for n in names for c in split(conversations, n)]
+    by_id = {c.sample_id: c for c in conversations}
+    if all(n in by_id for n in names):  # sample ids: "conv-26,conv-30"
+        return [by_id[n] for n in dict.fromkeys(names)]
     picked: list[int] = []
     for part in spec.split(","):
         lo, _, hi = part.strip().partition("-")

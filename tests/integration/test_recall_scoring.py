@@ -267,3 +267,89 @@ def test_absolute_relevance_counts_cosine_only_above_the_unrelated_level() -> No
     assert absolute_relevance(0.0, 0.88, 0.76) == pytest.approx(0.5)
     assert absolute_relevance(0.25, 0.80, 0.76) == 0.25
     assert absolute_relevance(1.0, 0.1, 0.0) == 1.0
+
+
+def test_a_name_the_query_writes_lifts_memories_holding_it(make_engine: MakeEngine, clock: FixedClock) -> None:
+    # No entities anywhere. The query writes "Melanie" capitalised, so the memory whose own words
+    # hold it gets the entity lift (explain shows it), though both match the other words.
+    e = make_engine(memory_embedder=None)
+    a = e.agent("alice")
+    mel = a.remember("we went camping with Melanie and the kids").id
+    a.remember("we went camping with the kids and loved it")
+    ex = a.explain("When did Melanie go camping with the kids?", k=2, hops=0)
+    assert ex.hits[0].memory_id == mel
+    assert [h.components.entity for h in ex.hits] == [1.0, 0.0]
+    assert ex.weights["name_focus"] == 1.0
+    off = make_engine(memory_embedder=None, scoring=ScoringConfig(name_focus=False)).agent("alice")
+    off.remember("we went camping with Melanie and the kids")
+    assert all(h.components.entity == 0.0 for h in off.explain("When did Melanie go camping?", k=2).hits)
+    e.close()
+
+
+def test_given_entities_take_precedence_over_names_in_the_text(make_engine: MakeEngine, clock: FixedClock) -> None:
+    # Once a candidate holds an entity the query names, names in other memories' text lift nothing.
+    e = make_engine(memory_embedder=None)
+    a = e.agent("alice")
+    own = a.remember("went camping with the kids", entities=["Melanie"]).id
+    a.remember("went camping with Melanie and the kids")
+    ex = a.explain("When did Melanie go camping with the kids?", k=2, hops=0)
+    assert {h.memory_id == own: h.components.entity for h in ex.hits} == {True: 1.0, False: 0.0}
+    e.close()
+
+
+def test_a_speaker_prefix_becomes_the_memorys_entity(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e = make_engine(memory_embedder=None)
+    a = e.agent("alice")
+    mel = a.remember("Melanie: we went camping with the kids")
+    car = a.remember("Caroline: Melanie, we went camping with the kids too")
+    assert mel.entities == ("Melanie",) and car.entities == ("Caroline",)
+    # an explicit list (even empty) is the caller's word; a label is no speaker
+    assert a.remember("Melanie: something else entirely", entities=[]).entities == ()
+    assert a.remember("Note: buy milk").entities == ()
+    ex = a.explain("What did Melanie say about camping with the kids?", k=2, hops=0)
+    assert ex.hits[0].memory_id == mel.id
+    assert [h.components.entity for h in ex.hits] == [1.0, 0.0]  # the speaker, not whoever says the name
+    e.close()
+
+
+def test_memories_written_in_a_row_spread_to_each_other(make_engine: MakeEngine, clock: FixedClock) -> None:
+    # No links: the memory written right after a strong match, minutes later, is reached by
+    # spreading (ScoringConfig.sequence_window); one written a day later is not.
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0))
+    a = e.agent("alice")
+    t0 = clock()
+    match = a.remember("the deploy keys rotate every monday", created_at=t0).id
+    nxt = a.remember("yes, and nobody writes it down", created_at=t0 + 60).id
+    a.remember("lunch was late", created_at=t0 + 86_400)
+    ex = a.explain("when do the deploy keys rotate", k=3, hops=1)
+    assert [h.memory_id for h in ex.hits][:2] == [match, nxt]
+    assert ex.hits[1].source == "spread" and ex.hits[1].components.spread > 0
+    assert len(ex.hits) == 2  # the memory of the next day is no neighbour
+    off = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0, sequence_window=0.0)).agent("bob")
+    off.remember("the deploy keys rotate every monday", created_at=t0)
+    off.remember("yes, and nobody writes it down", created_at=t0 + 60)
+    assert len(off.explain("when do the deploy keys rotate", k=3, hops=1).hits) == 1
+    e.close()
+
+
+def test_rank_fusion_puts_rel_on_a_scale_no_query_changes(make_engine: MakeEngine, clock: FixedClock) -> None:
+    cfg = ScoringConfig(fusion="rank", rank_k=10.0, lam=0.0, mu=0.0, w_rec=0.0, w_imp=0.0, w_ctx=0.0)
+    e = make_engine(memory_embedder=None, scoring=cfg)
+    a = e.agent("alice")
+    for text in ("alpha beta gamma", "alpha beta", "alpha", "delta"):
+        a.remember(text)
+    ex = a.explain("alpha beta gamma", k=10, hops=0)
+    # rel = r(cue): the best cue overlap ranks first (1.0), the next ones (k0 + 1) / (k0 + rank);
+    # min-max would have put the last candidate at 0
+    assert [round(h.components.rel, 4) for h in ex.hits] == [1.0, round(11 / 12, 4), round(11 / 13, 4)]
+    assert ex.weights["rank_fusion"] == 1.0
+    e.close()
+
+
+def test_memories_of_one_instant_are_no_episode(make_engine: MakeEngine, clock: FixedClock) -> None:
+    # One batch without event times: the memories share an instant and carry no order.
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0))
+    a = e.agent("alice")
+    a.remember_many([{"content": "the deploy keys rotate every monday"}, {"content": "nobody writes it down"}])
+    assert len(a.explain("when do the deploy keys rotate", k=3, hops=1).hits) == 1
+    e.close()

@@ -75,6 +75,7 @@ LAYERS: dict[str, int] = {
     "engramdb.memories.transfer": SERVICES,
     "engramdb.memories.reembed": SERVICES,
     "engramdb.retrieval.recall": SERVICES,
+    "engramdb.retrieval.sequence": SERVICES,  # implicit episodes: reads the lexical channel
     "engramdb.retrieval.columns": SERVICES,
     "engramdb.retrieval.lexical_channel": SERVICES,
     "engramdb.retrieval.vector_channel": SERVICES,

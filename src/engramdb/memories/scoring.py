@@ -49,36 +49,56 @@ class ScoringConfig:
     """Every constant of recall scoring.
 
     Spec 001 started from nooa-memory's values (λ 0.7, a_rec 0.5, γ 0.5, summed spread, BM25 only
-    choosing candidates). λ, μ, a_when, a_ent, a_ctx, τ, γ and ``spread_combine`` are fitted on
-    LoCoMo by benchmarks/tune_scorer.py (conversations 0-6; on the held-out 7-9 evidence
-    recall@10 rose from 0.583 with spec 001's constants to 0.681 before entities and temporal
-    context, and to 0.755 with them). a_rec is held at 0.1 rather than the fit's 0: LoCoMo shows
-    what recency costs, not what it buys an agent. a_imp and the candidate count are not LoCoMo's
-    to fit. See docs/locomo.md.
+    choosing candidates). Each constant's comment names its source: "fit" = chosen by
+    benchmarks/tune_scorer.py (issue #15: fitted on LoCoMo's train split through the plain API,
+    chosen on its validation split among spec 001's values, the previous defaults and the train
+    fit; the test split played no part, see benchmarks/locomo.py SPLITS), "prior" = set from what
+    the constant means, not from a benchmark. See docs/locomo.md.
     """
 
-    lam: float = 1.0  # λ: weight of cosine against cue overlap in rel (spec 001: 0.7)
-    mu: float = 0.1  # μ: share of BM25 (over the best candidate's) in rel; 0 = BM25 only picks candidates
-    cos_minmax: bool = False  # min-max cos over the candidates before mixing (static-embedding cosines bunch up)
-    decay: float = 0.5  # d: power-law decay of each access
-    w_rel: float = 1.0
-    w_rec: float = 0.1  # a_rec (spec 001: 0.5, which costs 0.065 recall@10 on LoCoMo)
-    w_imp: float = 0.5
-    w_when: float = 0.75  # a_when: lift of a memory made inside a date the query names (0 = off)
-    w_entity: float = 0.5  # a_ent: lift of a memory one of whose entities the query names (0 = off)
-    w_ctx: float = 1.0  # a_ctx: lift by the best candidate made close in time (0 = off)
-    ctx_tau: float = 900.0  # τ, seconds: how fast the temporal context lift fades with the time apart
-    hops: int = 1
-    hop_decay: float = 0.6  # activation kept per hop
-    fanout: int = 5  # edges followed per node, strongest first
-    causal_factor: float = 1.0
-    other_factor: float = 0.6
-    floor: float = 0.05  # contributions below this are dropped
-    gamma: float = 0.75  # weight of spread in the final score (spec 001: 0.5)
-    ring_size: int = 64  # accesses kept exactly on the record
-    min_age: float = 1.0  # seconds; an access is never younger than this
-    candidates: int = 50  # per channel (lexical, vector)
-    spread_combine: str = "max"  # "max" or "sum" (ACT-R, spec 001): how contributions reaching one node add up
+    lam: float = 1.0  # fit (kept by the refit): λ, cosine against cue overlap in rel (spec 001: 0.7)
+    mu: float = 0.1  # fit (kept): μ, share of BM25 (over the best candidate's) in rel; 0 = BM25 only picks candidates
+    cos_minmax: bool = False  # fit (kept): min-max cos over the candidates before mixing
+    decay: float = 0.5  # prior (ACT-R's d): power-law decay of each access
+    w_rel: float = 1.0  # prior: the unit; only ratios to it matter
+    #: prior: LoCoMo shows what recency costs (its fit is 0), never what it buys an agent; 0.1 keeps
+    #: recency and reinforcement as a tie-breaker (spec 001: 0.5, which costs 0.065 recall@10 on LoCoMo)
+    w_rec: float = 0.1
+    w_imp: float = 0.5  # prior (spec 001): every LoCoMo turn has the same importance, nothing to fit
+    w_when: float = 0.75  # fit (kept): a_when, lift of a memory made inside a date the query names (0 = off)
+    w_entity: float = 0.75  # fit (0.5 → 0.75): a_ent, lift of a memory one of whose entities the query names
+    #: prior (a switch, chosen on validation): when no candidate holds an entity the query names, the
+    #: entity lift goes to memories whose text holds a word the query writes capitalised (a name:
+    #: `keywords.query_names`), so it works without `entities=` at remember time
+    name_focus: bool = True
+    w_ctx: float = 1.5  # fit (1.0 → 1.5): a_ctx, lift by the best candidate made close in time (0 = off)
+    #: prior: τ, seconds, how fast the temporal-context lift fades: the turns of one sitting are
+    #: minutes apart, sittings hours or days; not fitted, since LoCoMo's turn times are the
+    #: harness's invention (bench_locomo.py --spacings shows the spacing changes little)
+    ctx_tau: float = 900.0
+    hops: int = 1  # prior: recall's default is the call's hops=1; not read by recall
+    hop_decay: float = 0.6  # prior (spec 001): activation kept per hop
+    fanout: int = 5  # prior (spec 001): edges followed per node, strongest first
+    causal_factor: float = 1.0  # prior (spec 001)
+    other_factor: float = 0.6  # prior (spec 001)
+    floor: float = 0.05  # prior (spec 001): contributions below this are dropped
+    gamma: float = 0.5  # fit (0.75 → 0.5, spec 001's value): weight of spread in the final score
+    ring_size: int = 64  # prior (spec 001): accesses kept exactly on the record
+    min_age: float = 1.0  # prior: seconds; an access is never younger than this
+    candidates: int = 50  # prior: per channel (lexical, vector); ~600-turn haystacks cannot say what 100k needs
+    #: fit ("max" → "sum", spec 001's ACT-R value): how contributions reaching one node add up
+    spread_combine: str = "sum"
+    #: fit (kept "minmax"; "rank" lost on train from every start): how rel mixes the channels —
+    #: "minmax" (the formula above, rel min-maxed over the candidates) or "rank": reciprocal-rank
+    #: fusion, rel = (1 − μ)·(λ·r(cos) + (1 − λ)·r(cue)) + μ·r(bm25) with r = (k₀ + 1) / (k₀ + rank)
+    #: over the candidates (1 for the best, 0 where a channel has nothing), a scale that no query's
+    #: spread of scores changes
+    fusion: str = "minmax"
+    rank_k: float = 60.0  # prior: k₀ of the rank fusion, Cormack et al.'s (2009) constant
+    #: prior: seconds; memories written one after the other (adjacent keys) within this of each
+    #: other are neighbours for spreading as if linked ``precedes`` (retrieval/sequence.py; 0 = off):
+    #: one sitting, an hour, lays down an episode
+    sequence_window: float = 3600.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -89,6 +109,12 @@ class ScoringConfig:
             raise ConfigError(f"ScoringConfig.mu must be in [0, 1], got {self.mu!r}")
         if self.spread_combine not in ("sum", "max"):
             raise ConfigError(f'ScoringConfig.spread_combine must be "sum" or "max", got {self.spread_combine!r}')
+        if self.fusion not in ("minmax", "rank"):
+            raise ConfigError(f'ScoringConfig.fusion must be "minmax" or "rank", got {self.fusion!r}')
+        if self.sequence_window < 0:
+            raise ConfigError(f"ScoringConfig.sequence_window must be >= 0 (seconds), got {self.sequence_window!r}")
+        if not self.rank_k > 0:
+            raise ConfigError(f"ScoringConfig.rank_k must be > 0, got {self.rank_k!r}")
         if not 0 < self.decay < 1:
             raise ConfigError(f"ScoringConfig.decay must be in (0, 1), got {self.decay!r}")
         if self.w_when < 0 or self.w_entity < 0 or self.w_ctx < 0:
@@ -128,6 +154,22 @@ def absolute_relevance(coverage: float, cos: float, unrelated_cosine: float = 0.
 def relevance(cos: float, cue: float, lam: float, bm25: float = 0.0, mu: float = 0.0) -> float:
     """(1 − μ)·(λ·cos + (1 − λ)·cue) + μ·bm25: a convex mix of signals each in [0, 1]."""
     return (1.0 - mu) * (lam * cos + (1.0 - lam) * cue) + mu * bm25
+
+
+def rank_scores(values: Sequence[float], k0: float) -> list[float]:
+    """(k₀ + 1) / (k₀ + rank) of each value among `values` (rank 1 = the largest; ties share the
+    better rank), 0 for a value ≤ 0 (the channel has nothing for it): a reciprocal-rank score in
+    (0, 1] that does not depend on how far apart the values are."""
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    out = [0.0] * len(values)
+    rank, prev = 0, None
+    for pos, i in enumerate(order):
+        if values[i] <= 0:
+            break
+        if prev is None or values[i] < prev:
+            rank, prev = pos + 1, values[i]
+        out[i] = (k0 + 1.0) / (k0 + rank)
+    return out
 
 
 def sigmoid(x: float) -> float:

@@ -55,3 +55,30 @@ def unpack_times(blob: bytes | None) -> tuple[float, ...]:
     arr = array.array("d")
     arr.frombytes(bytes(blob))
     return tuple(arr)
+
+
+# "Name: text", the speaker prefix of chat transcripts, meeting notes and agent logs: one to three
+# capitalised words (not all capitals: "TODO:", "NB:"), a colon, a space, then the text.
+_SPEAKER = re.compile(r"^\s*([A-Z][a-z][\w'’.-]*(?: [A-Z][\w'’.-]*){0,2}): +\S")
+#: labels written like a speaker that name no one
+_NOT_SPEAKERS = frozenset(
+    "answer decision edit error example fix fwd goal idea important issue note note-to-self output "
+    "plan problem question quote re reminder result solution source step subject summary task tip "
+    "title todo update warning".split()
+)
+
+
+def speaker_of(content: str) -> str | None:
+    """The speaker of a ``"Name: text"`` line ("Caroline: I went…" → "Caroline"), else None.
+
+    The rule is generic, not a name list: one to three capitalised words before ``": "`` at the very
+    start, not all capitals, not a label such as "Note:" or "Summary:". `remember` makes it the
+    memory's entity when the caller gives no `entities` (None; an explicit ``[]`` means none), so
+    recall's entity lift (`ScoringConfig.w_entity`) works for transcripts written through the plain
+    API: a question naming the speaker lifts what that speaker said, not every turn that says the
+    name ("Thanks, Caroline!")."""
+    match = _SPEAKER.match(content)
+    if match is None:
+        return None
+    name = match.group(1)
+    return None if name.casefold() in _NOT_SPEAKERS else name

@@ -31,7 +31,7 @@ from engramdb.memories.model import (
     Tombstone,
 )
 from engramdb.memories.runtime import Runtime
-from engramdb.memories.text import content_hash, pack_times, says_nothing_new
+from engramdb.memories.text import content_hash, pack_times, says_nothing_new, speaker_of
 from engramdb.memories.triggers import TRIGGER_KIND, parse_trigger
 from engramdb.observability import otel
 from engramdb.progress import Progress, report
@@ -131,7 +131,7 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float, limits: mm.Lim
         "validity": (vfrom, vto),
         "title": title,
         "tags": mm.check_labels("tags", item.get("tags"), limits),
-        "entities": mm.check_labels("entities", item.get("entities"), limits),
+        "entities": mm.check_labels("entities", _entities(item.get("entities"), content), limits),
         "refs": refs,
         "owner": "" if shared else who.agent_id,
         "created_at": float(created),
@@ -627,3 +627,11 @@ __all__ = [
     "update",
     "visible",
 ]
+
+
+def _entities(given: Iterable[str] | None, content: object) -> Iterable[str] | None:
+    """The caller's entities; with none given (None), the speaker of a "Name: text" line (text.speaker_of)."""
+    if given is not None:
+        return given
+    speaker = speaker_of(content) if isinstance(content, str) else None
+    return [speaker] if speaker else None

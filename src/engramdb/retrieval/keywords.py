@@ -214,3 +214,34 @@ def query_entity_tokens(query: str) -> list[str]:
         for j in range(i + 1, min(i + MAX_ENTITY_WORDS, len(ws)) + 1):
             out.setdefault(ENTITY_MARK + "+".join(ws[i:j]), None)
     return list(out)
+
+
+_CAPITALISED = re.compile(r"(?<![\w'’])([A-Z][\w'’-]*)")
+#: Capitalised words that are rarely names: months and weekdays (the date lift reads those) and
+#: the pronoun "I".
+_NOT_NAMES = frozenset(
+    "i january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday".split()
+)
+
+
+def query_names(query: str) -> list[str]:
+    """The stems of the words `query` writes capitalised — names, as English writes them — except
+    each sentence's first word (capitalised anyway), stopwords, months, weekdays and "I".
+    "What did Caroline's sister say in Paris?" → ["carolin", "pari"]. A generic rule, no name
+    list: recall lifts memories holding one (``ScoringConfig.name_focus``), since a name a
+    question asks about marks the memories that are about it — including the ``"Name: text"``
+    prefix of chat transcripts — more sharply than its IDF in BM25 says."""
+    out: dict[str, None] = {}
+    for sentence in re.split(r"(?<=[.!?])\s+", query.strip()):
+        first = True
+        for match in _CAPITALISED.finditer(sentence):
+            if first and match.start() == len(sentence) - len(sentence.lstrip(" \"'“‘(")):
+                first = False
+                continue
+            first = False
+            for w in words(match.group(1)):
+                if w in STOPWORDS or w in _NOT_NAMES or w.isdigit() or len(w) < 2:
+                    continue
+                out.setdefault(stem(w), None)
+    return list(out)

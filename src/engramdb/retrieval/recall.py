@@ -36,8 +36,9 @@ from engramdb.memories.model import (
     check_text,
 )
 from engramdb.observability import otel
-from engramdb.retrieval.keywords import keywords, query_entity_tokens, stem
+from engramdb.retrieval.keywords import keywords, query_entity_tokens, query_names, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
+from engramdb.retrieval.sequence import sequence_neighbours
 from engramdb.retrieval.when import TimeWindow, When, resolve_when
 from engramdb.storage.ports import RecallRecord, Touch
 
@@ -138,15 +139,18 @@ class Recaller:
         found = self.store.edges.contradictions(vis, ns)
         return {n: tuple(f"contradicted by {other}: {preview}" for other, preview in v) for n, v in found.items()}
 
-    def _neighbours(self, vis: Visibility) -> scoring.Neighbours[int]:
-        edges = self.store.edges
+    def _neighbours(self, vis: Visibility, types: frozenset[str] | None = None) -> scoring.Neighbours[int]:
+        edges, lexical, window = self.store.edges, self.lexical, self.config.sequence_window
 
         def neighbours(nodes: Sequence[int]) -> dict[int, list[tuple[int, bool, float]]]:
             # Edges spread both ways; the far end must be visible to be reached at all.
-            return {
+            out = {
                 a: [(b, EdgeType(etype).causal, weight) for b, etype, weight in near]
                 for a, near in edges.neighbours(vis, nodes).items()
             }
+            for a, near in sequence_neighbours(lexical, nodes, vis, window, types).items():
+                out.setdefault(a, []).extend(near)  # implicit episodes (retrieval/sequence.py)
+            return out
 
         return neighbours
 
@@ -223,6 +227,12 @@ class Recaller:
             qvec = self.embedder.embed([query])[0]
             vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
         cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems, qents)
+        if cfg.w_entity and cfg.name_focus and not any(c.entity for c in cands.values()):
+            # No candidate holds an entity the query names (none given at remember time): the names
+            # the query writes, found in the memories' own words, stand in (keywords.query_names).
+            qents = query_names(query)
+            for row in self.lexical.fields(list(cands), vis, (), types=type_names, entities=qents) if qents else ():
+                cands[row[0]].entity = row[7]
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
         self._features(list(cands.values()), qvec, vector, now, windows)
@@ -235,7 +245,7 @@ class Recaller:
         top_weight = scoring.top_weight(cfg, windows=bool(windows), entity=any(c.entity for c in cands.values()))
         seeds = sorted(cands.values(), key=lambda c: (-c.base, c.n))[: max(k, 1)]
         spread = scoring.spread(
-            {c.n: c.base / top_weight for c in seeds}, self._neighbours(vis), replace(cfg, hops=hops)
+            {c.n: c.base / top_weight for c in seeds}, self._neighbours(vis, type_names), replace(cfg, hops=hops)
         )
         newcomers = [n for n in spread if n not in cands]
         if newcomers:
@@ -318,15 +328,19 @@ class Recaller:
             }
         cos = _scaled([c.cos for c in cands], *bounds["cos"]) if cfg.cos_minmax else [c.cos for c in cands]
         bm25 = _scaled([c.bm25 for c in cands], *bounds["bm25"]) if cfg.mu else [0.0] * len(cands)
+        cue = [c.cue for c in cands]
+        if cfg.fusion == "rank":  # ranks among the candidates; a node spreading reached ranks nowhere
+            first = "rel" not in bounds
+            cos, cue, bm25 = (scoring.rank_scores(v, cfg.rank_k) if first else [0.0] * len(v) for v in (cos, cue, bm25))
         raw = {
-            "rel": [
-                scoring.relevance(cs, c.cue, cfg.lam, bm, cfg.mu) for c, cs, bm in zip(cands, cos, bm25, strict=True)
-            ],
+            "rel": [scoring.relevance(cs, cu, cfg.lam, bm, cfg.mu) for cs, cu, bm in zip(cos, cue, bm25, strict=True)],
             "rec": [c.raw_rec for c in cands],
             "imp": [scoring.importance_score(c.importance) for c in cands],
         }
         if "rel" not in bounds:
             bounds.update({key: _span(v) for key, v in raw.items()})
+            if cfg.fusion == "rank":  # rel is on the rank scale already: [0, 1], the same for every query
+                bounds["rel"] = (0.0, 1.0)
         norm = {key: _scaled(values, *bounds[key]) for key, values in raw.items()}
         for i, c in enumerate(cands):
             c.rel, c.rec, c.imp = norm["rel"][i], norm["rec"][i], norm["imp"][i]
@@ -462,9 +476,12 @@ def _weights(cfg: scoring.ScoringConfig) -> dict[str, float]:
         "w_imp": cfg.w_imp,
         "w_when": cfg.w_when,
         "w_entity": cfg.w_entity,
+        "name_focus": float(cfg.name_focus),
         "w_ctx": cfg.w_ctx,
         "ctx_tau": cfg.ctx_tau,
         "gamma": cfg.gamma,
         "hop_decay": cfg.hop_decay,
         "spread_max": float(cfg.spread_combine == "max"),
+        "sequence_window": cfg.sequence_window,
+        "rank_fusion": float(cfg.fusion == "rank"),
     }

@@ -435,6 +435,10 @@ class AnnIndex(ExactIndex):
         (a large array: prefer `similarities` or `vectors_of`)."""
         return self._get(slice(0, self._n))
 
+    def vectors_at(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The stored vectors at `rows`, float32 (dequantised from int8 once compact)."""
+        return self._get(np.asarray(rows, dtype=np.int64))
+
     def vectors_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         rows = self._rows.lookup(keys)
         out = np.zeros((len(rows), self._dim), dtype=np.float32)

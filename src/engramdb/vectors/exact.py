@@ -148,6 +148,10 @@ class ExactIndex:
     def keys(self) -> npt.NDArray[np.int64]:
         return self._keys[: self._n]
 
+    def vectors_at(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The stored vectors at `rows` (positions in `keys()` order), as float32."""
+        return self._vecs[np.asarray(rows, dtype=np.int64)]
+
     def vectors_of(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         rows = self._rows.lookup(keys)
         out = np.zeros((len(rows), self._dim), dtype=np.float32)

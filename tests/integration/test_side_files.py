@@ -260,3 +260,22 @@ def test_the_ivf_file_and_arrays_round_trip(tmp_path: Path) -> None:
         assert loaded.search(q, 5)[0].tolist() == index.search(q, 5)[0].tolist()
     with np.load(tmp_path / "x.npz") as npz, pytest.raises(ValueError, match="written apart"):
         AnnIndex.from_arrays({k: npz[k] for k in npz.files})
+
+
+def test_a_file_saved_with_new_terms_in_its_delta_is_adopted(
+    db: Path, clock: FixedClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Terms first seen after the last merge live only in the delta (the main postings cover fewer
+    terms than the vocabulary): such a file, saved at close, is adopted and answers as a full load."""
+    monkeypatch.setattr(lexical_channel, "_CLOSE_SAVE_SHARE", 0.0)
+    with open_engine(db, clock) as engine:
+        answers(engine)
+        assert lexical(engine).restored
+        engine.agent("alice").remember("a kingfisher nested under the zeppelin hangar")  # words new to the index
+        answers(engine)
+        assert len(lexical(engine)._indptr) < len(lexical(engine)._vocab) + 1
+    expected = from_database(db, clock, tmp_path)
+    with open_engine(db, clock) as engine:
+        assert answers(engine) == expected
+        assert lexical(engine).restored
+        assert "zeppelin" in engine.agent("alice").search("zeppelin hangar", k=1)[0].memory.content

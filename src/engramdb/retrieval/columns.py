@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from engramdb.memories.model import Visibility
+from engramdb.vectors.npz import with_room
 
 
 class Codes:
@@ -106,6 +107,10 @@ class VisibilityColumns:
         self.version += 1
 
     _ARRAYS = ("tenant", "owner", "level", "archived", "vfrom", "vto", "type")
+    #: what a row never set holds (archived: never visible)
+    _FILL: ClassVar[dict[str, Any]] = {
+        "tenant": 0, "owner": 0, "level": 0, "archived": True, "vfrom": np.nan, "vto": np.nan, "type": 0,
+    }  # fmt: skip
 
     def to_arrays(self, n: int) -> dict[str, npt.NDArray[Any]]:
         """Rows [0, n) of every column as ``col_<name>`` arrays (views), for a side file; the
@@ -129,7 +134,8 @@ class VisibilityColumns:
             if n < 1024:
                 mine[: len(a)] = a
             elif len(a) == n and a.flags.writeable and a.flags.c_contiguous:
-                setattr(out, name, a)  # a fresh array just read from the file: adopted, not copied
+                # A fresh array just read from the file: adopted, not copied, with any room behind it.
+                setattr(out, name, with_room(a, cls._FILL[name]))
             else:
                 raise ValueError(f"column {name} has {len(a)} rows, not {n}")
         out.codes, out.types = Codes.of(list(state["codes"])), Codes.of(list(state["types"]))

@@ -404,7 +404,9 @@ class LexicalChannel:
 
     def _adopt(self, store: Backend, latest: int) -> None:
         assert self.side_file is not None and self._instance is not None
-        meta, arrays = side_files.read_side_file(self.side_file, kind=KIND, instance_id=self._instance, latest=latest)
+        meta, arrays = side_files.read_side_file(
+            self.side_file, kind=KIND, instance_id=self._instance, latest=latest, rows=SAVE_MIN
+        )
         change, n = int(meta["change"]), int(meta["size"])
         if not side_files.tip_fits(meta.get("tip", []), self._tip(store, change)):
             raise ValueError("its rows differ from the database's (a restored backup written to since?)")
@@ -412,7 +414,8 @@ class LexicalChannel:
         if len(words) != int(meta["vocab"]) or len(set(words)) != len(words):
             raise ValueError("the vocabulary does not fit its count")
         indptr, ids = np.asarray(arrays["indptr"], dtype=np.int64), np.asarray(arrays["ids"], dtype=np.int32)
-        if len(indptr) != len(words) + 1 or int(indptr[-1]) != len(ids) or (len(ids) and int(ids.max()) >= n):
+        # Terms first seen since the last merge live only in the delta: the main postings may cover fewer.
+        if not 1 <= len(indptr) <= len(words) + 1 or int(indptr[-1]) != len(ids) or (len(ids) and int(ids.max()) >= n):
             raise ValueError("the postings do not fit the vocabulary")
         cols = VisibilityColumns.from_arrays(arrays, meta["columns"], n)
         cap = len(cols)
@@ -421,8 +424,9 @@ class LexicalChannel:
             a = np.asarray(arrays[name.lstrip("_")])
             if a.dtype != dtype or a.shape != (n,):
                 raise ValueError(f"{name} is {a.dtype} x {a.shape}, not {n} rows")
-            if len(a) == cap and a.flags.writeable:
-                per_row[name] = a  # a fresh array just read from the file: adopted, not copied
+            room = side_files.with_room(a, fill) if n >= 1024 and a.flags.writeable else a
+            if len(room) == cap:
+                per_row[name] = room  # the buffer just read from the file: adopted, not copied
             else:
                 full = np.full(cap, fill, dtype=dtype)
                 full[:n] = a
@@ -431,6 +435,8 @@ class LexicalChannel:
         if len(ring._has) != n:
             raise ValueError("the rings do not fit the rows")
         d_terms, d_keys = arrays["delta_terms"].tolist(), arrays["delta_keys"].tolist()
+        if len(d_terms) != len(d_keys) or any(not 0 <= t < len(words) for t in d_terms) or any(k >= n for k in d_keys):
+            raise ValueError("the delta postings do not fit the vocabulary")
         delta: dict[int, set[int]] = {}
         docs: dict[int, list[int]] = {}
         for t, k in zip(d_terms, d_keys, strict=True):

@@ -44,7 +44,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.vectors.npz import StoredArrays, write_arrays
+from engramdb.vectors.npz import StoredArrays, with_room, write_arrays
+
+__all__ = ["with_room"]  # re-exported: callers of read_side_file adopt its buffers with it
 
 FORMAT = 2
 SUFFIX = ".engramdb-index"
@@ -190,9 +192,16 @@ def write_side_file(
     write_arrays(path, out, mode=mode)
 
 
-def read_side_file(path: Path, *, kind: str, instance_id: str, latest: int) -> tuple[dict[str, Any], dict[str, Any]]:
+#: arrays of one row per memory are read with this share of spare rows (room for new memories)
+SPARE_SHARE = 0.125
+
+
+def read_side_file(
+    path: Path, *, kind: str, instance_id: str, latest: int, rows: int | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(stamp, arrays) of the side file at `path`, when it is a whole file of `kind` written by this
-    version for database `instance_id` at a change no later than `latest`.
+    version for database `instance_id` at a change no later than `latest`. Arrays of at least
+    `rows` rows are read with `SPARE_SHARE` spare rows behind them (`with_room`).
 
     Raises:
         FileNotFoundError: there is none.
@@ -217,7 +226,7 @@ def read_side_file(path: Path, *, kind: str, instance_id: str, latest: int) -> t
             raise ValueError("the arrays differ from the stamp's list")
         arrays: dict[str, Any] = {}
         for name in sums:
-            a = npz[name]
+            a = npz.read(name, None if rows is None else lambda r: int(r * SPARE_SHARE) + 1024 if r >= rows else 0)
             if fast_sum(a) != sums[name]:
                 raise ValueError(f"array {name!r} is damaged (its sum differs)")
             arrays[name] = a

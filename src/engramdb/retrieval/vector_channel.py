@@ -212,7 +212,9 @@ class VectorChannel:
 
     def _read(self, store: Backend, latest: int) -> tuple[AnnIndex, VisibilityColumns, int]:
         assert self.side_file is not None and self._instance is not None and isinstance(self.index, AnnIndex)
-        meta, arrays = side_files.read_side_file(self.side_file, kind=KIND, instance_id=self._instance, latest=latest)
+        meta, arrays = side_files.read_side_file(
+            self.side_file, kind=KIND, instance_id=self._instance, latest=latest, rows=1024
+        )
         if meta.get("model") != self.embedder.name or meta.get("dim") != self.embedder.dim:
             raise ValueError(f"made for embedder {meta.get('model')!r} ({meta.get('dim')}-d)")
         change = int(meta["change"])

@@ -62,7 +62,7 @@ from typing import Any
 
 from engramdb.errors import MissingExtra
 from engramdb.vectors.exact import ExactIndex, KeyRows
-from engramdb.vectors.npz import StoredArrays, write_arrays
+from engramdb.vectors.npz import StoredArrays, with_room, write_arrays
 
 try:
     import numpy as np
@@ -668,9 +668,13 @@ class AnnIndex(ExactIndex):
         if n:
             adopt = not copy and vectors.flags.c_contiguous and vectors.flags.writeable
             if compact:
-                index._codes = vectors if adopt else np.array(vectors, dtype=np.int8, order="C")
-                index._scale = np.array(scales, dtype=np.float32)
+                # Adopted with any room read behind it (`with_room`): new rows need no copy of a large matrix.
+                codes = with_room(vectors) if adopt else np.array(vectors, dtype=np.int8, order="C")
+                index._codes = codes
+                index._scale = np.zeros(len(codes), dtype=np.float32)
+                index._scale[:n] = scales
                 index._vecs = np.zeros((0, dim), dtype=np.float32)
+                keys = np.concatenate([keys, np.zeros(len(codes) - n, dtype=np.int64)])
             else:
                 index._vecs = vectors if adopt else np.array(vectors, dtype=np.float32, order="C")
             index._keys = keys
@@ -678,7 +682,7 @@ class AnnIndex(ExactIndex):
             index._codes = np.zeros((1, dim), dtype=np.int8)
             index._scale = np.zeros(1, dtype=np.float32)
         try:
-            index._rows = KeyRows.of(keys)
+            index._rows = KeyRows.of(keys[:n])
         except ValueError:
             raise ValueError("the file repeats a key") from None
         index._n = n

@@ -17,14 +17,14 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["StoredArrays", "remove_stale_temporaries", "write_arrays"]
+__all__ = ["StoredArrays", "remove_stale_temporaries", "with_room", "write_arrays"]
 
 #: a temporary file of `write_arrays` this old (seconds) is a crash's leftover, not a write in progress
 STALE_TMP_S = 3600.0
@@ -100,6 +100,13 @@ class StoredArrays(Mapping[str, npt.NDArray[Any]]):
         self._members = {i.filename.removesuffix(".npy"): i for i in infos if i.filename.endswith(".npy")}
 
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        return self.read(name)
+
+    def read(self, name: str, spare: Callable[[int], int] | None = None) -> npt.NDArray[Any]:
+        """Array `name`; with `spare`, read into a buffer with ``spare(rows)`` more rows
+        (uninitialised) after its own: the
+        array returned is a view of its rows, whose ``base`` is the whole buffer (room to grow into
+        without a copy; see `engramdb.retrieval.side_files.with_room`)."""
         info = self._members.get(name)
         if info is None:
             raise KeyError(name)
@@ -120,7 +127,9 @@ class StoredArrays(Mapping[str, npt.NDArray[Any]]):
         if fortran or dtype.hasobject:
             raise ValueError(f"array {name!r} is Fortran-ordered or holds objects")
         header = fh.tell() - start
-        out = np.empty(shape, dtype=dtype)
+        extra = spare(shape[0]) if spare is not None and len(shape) else 0
+        room = np.empty((shape[0] + extra, *shape[1:]) if extra else shape, dtype=dtype)
+        out = room[: shape[0]] if extra else room
         if header + out.nbytes != info.file_size:
             raise ValueError(f"array {name!r} takes {info.file_size} bytes, its header says {header + out.nbytes}")
         buf = out.reshape(-1).data.cast("B")
@@ -140,3 +149,22 @@ class StoredArrays(Mapping[str, npt.NDArray[Any]]):
 
     def __len__(self) -> int:
         return len(self._members)
+
+
+def with_room(a: npt.NDArray[Any], fill: Any = None) -> npt.NDArray[Any]:
+    """The whole buffer `a` was read into by `StoredArrays.read` with spare rows (its rows, then spare rows set to
+    `fill` unless None), so a cache can grow into it without copying; `a` itself otherwise."""
+    base = a.base
+    if (
+        isinstance(base, np.ndarray)
+        and base.dtype == a.dtype
+        and base.shape[1:] == a.shape[1:]
+        and len(base) >= len(a)
+        and base.ctypes.data == a.ctypes.data
+        and base.flags.writeable
+        and base.flags.c_contiguous
+    ):
+        if fill is not None:
+            base[len(a) :] = fill
+        return base
+    return a

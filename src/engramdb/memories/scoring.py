@@ -7,10 +7,12 @@
     rec(m)    = σ(B(m))
     imp(m)    = importance / 10
     when(m,q) = 1 if m was created inside a date the query names, else 0   (retrieval/when.py)
-    ent(m,q)  = 1 if the query names one of m's entities, else 0
+    ent(m,q)  = 1 if the query names one of m's entities, else 0 (with ``name_focus``, when no
+                candidate has one: 1 if m's text holds a name the query writes)
     ctx(m,q)  = max_j rel^(j)·exp(−|t_m − t_j| / τ) over the candidates j  temporal context
     S_base    = a_rel·rel^ + a_rec·rec^ + a_imp·imp^ + a_when·when + a_ent·ent + a_ctx·ctx
-    S         = S_base + γ·spread                                spreading over typed edges
+    S         = S_base + γ·spread                                spreading over typed edges and
+                                                                 implicit episodes (retrieval/sequence.py)
 
 (^ = min-max over the candidates.) ctx is the contiguity effect of episodic memory (Howard &
 Kahana's temporal context model): what was laid down close in time to a strong match is lifted

@@ -523,28 +523,43 @@ class LexicalChannel:
                 t = self._vocab.get(e)
                 if t is not None:
                     named |= self._holds(t, ks)
+            # Column by column (`tolist` makes the Python floats at C speed), then one zip: a
+            # per-key loop of numpy scalar reads was most of a recall's candidate cost.
             names = self.cols.types.names()
-            out = []
-            for i, k in enumerate(ks.tolist()):
-                newest, oldest = self._old_newest[k], self._old_oldest[k]
-                out.append(
-                    (
-                        k,
-                        names[self.cols.type[k]],
-                        float(self._importance[k]),
-                        self._ring[k],
-                        (
-                            int(self._old_count[k]),
-                            None if np.isnan(newest) else float(newest),
-                            None if np.isnan(oldest) else float(oldest),
-                        ),
-                        float(cue[i]),
-                        float(self._created[k]),
-                        1.0 if named[i] else 0.0,
-                        float(coverage[i]),
-                    )
+            kl = ks.tolist()
+            ring = self._ring
+            olds = zip(
+                self._old_count[ks].tolist(),
+                [None if x != x else x for x in self._old_newest[ks].tolist()],  # NaN is None
+                [None if x != x else x for x in self._old_oldest[ks].tolist()],
+                strict=True,
+            )
+            return list(
+                zip(
+                    kl,
+                    [names[t] for t in self.cols.type[ks].tolist()],
+                    self._importance[ks].astype(np.float64).tolist(),
+                    [ring[k] for k in kl],
+                    olds,
+                    np.asarray(cue, dtype=np.float64).tolist(),
+                    self._created[ks].astype(np.float64).tolist(),
+                    np.where(named, 1.0, 0.0).tolist(),
+                    np.asarray(coverage, dtype=np.float64).tolist(),
+                    strict=True,
                 )
-            return out
+            )
+
+    def holding(self, keys: Sequence[int], entities: Sequence[str]) -> set[int]:
+        """Those of `keys` (already known visible: `fields`' keys) that hold one of the entity
+        tokens `entities` — `fields`' entity flag alone, without the rest of its fields."""
+        with self._lock:
+            ks = np.asarray([k for k in keys if 0 <= k < self._size], dtype=np.int64)
+            named = np.zeros(len(ks), dtype=np.bool_)
+            for e in entities:
+                t = self._vocab.get(e)
+                if t is not None and len(ks):
+                    named |= self._holds(t, ks)
+            return set(ks[named].tolist())
 
     def search(
         self, stems: Iterable[str], limit: int, vis: Visibility, *, types: frozenset[str] | None = None

@@ -231,8 +231,8 @@ class Recaller:
             # No candidate holds an entity the query names (none given at remember time): the names
             # the query writes, found in the memories' own words, stand in (keywords.query_names).
             qents = query_names(query)
-            for row in self.lexical.fields(list(cands), vis, (), types=type_names, entities=qents) if qents else ():
-                cands[row[0]].entity = row[7]
+            for n in self.lexical.holding(list(cands), qents) if qents else ():
+                cands[n].entity = 1.0
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
         self._features(list(cands.values()), qvec, vector, now, windows)

@@ -46,7 +46,7 @@ from engramdb.memories.model import Visibility
 from engramdb.retrieval import side_files
 from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.retrieval.keywords import entity_terms
-from engramdb.storage.ports import Backend, IndexRow
+from engramdb.storage.ports import AccessUpdate, Backend, IndexRow
 
 K1 = 1.2
 B = 0.75
@@ -199,6 +199,22 @@ class LexicalChannel:
             self._seen = latest
             if first and self._size >= SAVE_MIN:
                 self._save(store)
+
+    def accessed(self, change: int, updates: Sequence[AccessUpdate]) -> None:
+        """Take this process's own committed access write `change` (the access state `updates`, as
+        `engramdb.memories.access.log_accesses` wrote them) without reading it back — only when the
+        cache is at the sequence just before it: the write held the store's write lock, so nothing
+        else changed in between. Otherwise the next `refresh` reads it, as any other change."""
+        with self._lock:
+            if self._seen < 0 or self._seen != change - 1 or any(u[6] >= self._size for u in updates):
+                return
+            for ring, old_count, old_newest, old_oldest, _last, _bump, key in updates:
+                self._ring[key] = ring
+                self._old_count[key] = old_count
+                self._old_newest[key] = np.nan if old_newest is None else old_newest
+                self._old_oldest[key] = np.nan if old_oldest is None else old_oldest
+            self._dirty += len(updates)
+            self._seen = change
 
     def save_if_changed(self, store: Backend) -> None:
         """Save the side file when more than a tenth of the rows changed since the last save (or

@@ -377,7 +377,7 @@ class Recaller:
             "hits": [_explained_json(e) for e in ex.hits],
         }
         with self.store.atomic():
-            log_accesses(
+            written = log_accesses(
                 self.store,
                 [Touch(c.n, channel, c.score, i + 1, c.components()) for i, c in enumerate(top)],
                 now=now,
@@ -395,6 +395,13 @@ class Recaller:
                     [_explained_json(e) for e in ex.near_misses],
                 )
             )  # fmt: skip
+        if written is not None and not self.store.in_transaction():
+            # Committed (not a savepoint of the caller's transaction): the caches take this write
+            # as it was made instead of reading the hits' rows back at the next recall's refresh.
+            change, updates = written
+            self.lexical.accessed(change, updates)
+            if self.channel is not None:
+                self.channel.passed(change)
 
 
 def _span(values: Sequence[float]) -> tuple[float, float]:

@@ -30,16 +30,18 @@ def log_accesses(
     query: str | None = None,
     trace_ref: str | None = None,
     recall_id: str | None = None,
-) -> None:
+) -> tuple[int, list[AccessUpdate]] | None:
     """Append `touches` to the access stream and reinforce the deliberate ones (call inside
-    `Backend.atomic`, so the record and the reinforcement go together)."""
+    `Backend.atomic`, so the record and the reinforcement go together). Returns the write sequence
+    the reinforcement took and the access state it wrote (None when nothing was reinforced), so a
+    caller can hand its own committed write to the caches instead of reading it back."""
     touches = list(touches)
     store.accesses.append(
         touches, now=now, tenant=tenant, reader=reader, query=query, trace_ref=trace_ref, recall_id=recall_id
     )
     deliberate = [t.key for t in touches if t.channel.deliberate]
     if not deliberate:
-        return
+        return None
     bumps = {t.key for t in touches if t.channel in _BUMPS}
     rows = store.memories.access_state(deliberate)
     change = store.changes.next()
@@ -53,3 +55,4 @@ def log_accesses(
             old_oldest = evicted if old_oldest is None else min(old_oldest, evicted)
         updates.append((pack_times(times), old_count, old_newest, old_oldest, now, 1 if n in bumps else 0, n))
     store.memories.set_access_state(updates, change)
+    return change, updates

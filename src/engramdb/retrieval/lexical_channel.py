@@ -46,7 +46,7 @@ from engramdb.memories.model import Visibility
 from engramdb.retrieval import side_files
 from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.retrieval.keywords import entity_terms
-from engramdb.storage.ports import Backend, IndexRow
+from engramdb.storage.ports import AccessUpdate, Backend, IndexRow
 
 K1 = 1.2
 B = 0.75
@@ -199,6 +199,22 @@ class LexicalChannel:
             self._seen = latest
             if first and self._size >= SAVE_MIN:
                 self._save(store)
+
+    def accessed(self, change: int, updates: Sequence[AccessUpdate]) -> None:
+        """Take this process's own committed access write `change` (the access state `updates`, as
+        `engramdb.memories.access.log_accesses` wrote them) without reading it back — only when the
+        cache is at the sequence just before it: the write held the store's write lock, so nothing
+        else changed in between. Otherwise the next `refresh` reads it, as any other change."""
+        with self._lock:
+            if self._seen < 0 or self._seen != change - 1 or any(u[6] >= self._size for u in updates):
+                return
+            for ring, old_count, old_newest, old_oldest, _last, _bump, key in updates:
+                self._ring[key] = ring
+                self._old_count[key] = old_count
+                self._old_newest[key] = np.nan if old_newest is None else old_newest
+                self._old_oldest[key] = np.nan if old_oldest is None else old_oldest
+            self._dirty += len(updates)
+            self._seen = change
 
     def save_if_changed(self, store: Backend) -> None:
         """Save the side file when more than a tenth of the rows changed since the last save (or
@@ -529,28 +545,43 @@ class LexicalChannel:
                 t = self._vocab.get(e)
                 if t is not None:
                     named |= self._holds(t, ks)
+            # Column by column (`tolist` makes the Python floats at C speed), then one zip: a
+            # per-key loop of numpy scalar reads was most of a recall's candidate cost.
             names = self.cols.types.names()
-            out = []
-            for i, k in enumerate(ks.tolist()):
-                newest, oldest = self._old_newest[k], self._old_oldest[k]
-                out.append(
-                    (
-                        k,
-                        names[self.cols.type[k]],
-                        float(self._importance[k]),
-                        self._ring[k],
-                        (
-                            int(self._old_count[k]),
-                            None if np.isnan(newest) else float(newest),
-                            None if np.isnan(oldest) else float(oldest),
-                        ),
-                        float(cue[i]),
-                        float(self._created[k]),
-                        1.0 if named[i] else 0.0,
-                        float(coverage[i]),
-                    )
+            kl = ks.tolist()
+            ring = self._ring
+            olds = zip(
+                self._old_count[ks].tolist(),
+                [None if x != x else x for x in self._old_newest[ks].tolist()],  # NaN is None
+                [None if x != x else x for x in self._old_oldest[ks].tolist()],
+                strict=True,
+            )
+            return list(
+                zip(
+                    kl,
+                    [names[t] for t in self.cols.type[ks].tolist()],
+                    self._importance[ks].astype(np.float64).tolist(),
+                    [ring[k] for k in kl],
+                    olds,
+                    np.asarray(cue, dtype=np.float64).tolist(),
+                    self._created[ks].astype(np.float64).tolist(),
+                    np.where(named, 1.0, 0.0).tolist(),
+                    np.asarray(coverage, dtype=np.float64).tolist(),
+                    strict=True,
                 )
-            return out
+            )
+
+    def holding(self, keys: Sequence[int], entities: Sequence[str]) -> set[int]:
+        """Those of `keys` (already known visible: `fields`' keys) that hold one of the entity
+        tokens `entities` — `fields`' entity flag alone, without the rest of its fields."""
+        with self._lock:
+            ks = np.asarray([k for k in keys if 0 <= k < self._size], dtype=np.int64)
+            named = np.zeros(len(ks), dtype=np.bool_)
+            for e in entities:
+                t = self._vocab.get(e)
+                if t is not None and len(ks):
+                    named |= self._holds(t, ks)
+            return set(ks[named].tolist())
 
     def search(
         self, stems: Iterable[str], limit: int, vis: Visibility, *, types: frozenset[str] | None = None

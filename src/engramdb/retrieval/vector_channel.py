@@ -119,6 +119,15 @@ class VectorChannel:
             if isinstance(index, AnnIndex) and index.generation != self._saved_generation:
                 self._save(store)
 
+    def passed(self, change: int) -> None:
+        """The committed write `change` changed nothing this cache holds (a recall's access state:
+        rings and strength, no vector or visibility attribute): a cache at the sequence just before
+        it moves past it without reading (the write held the store's write lock, so nothing else
+        changed in between); otherwise the next `refresh` reads it, as any other change."""
+        with self._lock:
+            if self._seen >= 0 and self._seen == change - 1:
+                self._seen = change
+
     def save_if_changed(self, store: Backend | None = None) -> None:
         """Save the side file when more than a tenth of the cached rows were loaded or hidden since
         the last save (or since the file was adopted); called by `DynamicMemoryEngine.close`.

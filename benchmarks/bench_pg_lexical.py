@@ -405,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg-url", default=None, help="an admin URL of a running server (default: pgserver)")
     ap.add_argument("--out", type=Path, default=None, help="file or folder (default: benchmarks/out/)")
     args = ap.parse_args(argv)
-    command = "python benchmarks/bench_pg_lexical.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = provenance.provenance(["benchmarks/bench_pg_lexical.py", *(argv if argv is not None else sys.argv[1:])])[
+        "command"
+    ]
     block = provenance.provenance()
     meta = {
         **git_state(),

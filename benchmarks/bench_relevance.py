@@ -116,7 +116,7 @@ def main() -> None:
             f"| {r['off_topic_hits_per_question']:.2f} | {r['off_topic_with_no_hit']:.3f} |"
         )
     meta = {
-        "command": " ".join(["python", *sys.argv]),
+        "command": provenance.RUN["command"],
         "commit": git("rev-parse", "HEAD"),
         "clean": git("status", "--porcelain", "--", "src", "benchmarks") == "",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",

@@ -734,7 +734,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     started = time.perf_counter()
-    command = "python benchmarks/bench_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = provenance.provenance(["benchmarks/bench_scale.py", *(argv if argv is not None else sys.argv[1:])])[
+        "command"
+    ]
     report: dict[str, Any] = {
         "benchmark": "scale",
         "machine": machine(),
@@ -742,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         "git": git_state(),
         "command": command,
         "params": {
-            k: (str(v) if isinstance(v, Path) else v)
+            k: (provenance.relative(str(v)) if isinstance(v, Path) else v)
             for k, v in vars(args).items()
             if k not in ("worker", "prepare", "reopen")
         },

@@ -105,7 +105,7 @@ def main() -> None:
         print(f"| {row['figure']} | {row['before']:,.3f} | {row['after']:,.3f} | {row['ratio']:.3f} |")
     load = os.getloadavg()
     result = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": provenance.RUN["command"],
         "before": {"commit": git(trees["before"][0], "rev-parse", "HEAD")},
         "after": {"commit": git(ROOT, "rev-parse", "HEAD"), "clean": git(ROOT, "status", "--porcelain", "src") == ""},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",

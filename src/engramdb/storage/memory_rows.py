@@ -66,6 +66,47 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
     )
 
 
+#: a memory's tags as a JSON array text (stored as '' when it has none), for alias `{a}`
+TAGS_JSON = "CASE WHEN {a}.tags = '' THEN '[]' ELSE {a}.tags END"
+
+
+def listing_filter(
+    vis: Visibility,
+    *,
+    types: Sequence[str] | None,
+    tag: str | None,
+    contains: str | None,
+    archived_only: bool,
+    placeholder: str,
+    position: str,
+    tag_test: str,
+    alias: str = "m",
+) -> tuple[str, dict[str, Any]]:
+    """`vis` and a listing's filters (see `MemoryRows.page`) as one SQL condition and its
+    parameters. The dialect gives its named `placeholder`, its substring `position` function
+    (``instr`` / ``strpos``: both take the haystack first) and `tag_test`, a condition over
+    ``{tags}`` (the JSON array text) and ``{tag}`` (the parameter)."""
+    cond, params = visibility_predicate(vis, alias, placeholder)
+    a, p = alias, placeholder.format
+    parts = [cond]
+    if types:
+        names = [f"l_t{i}" for i in range(len(types))]
+        parts.append(f"{a}.type IN ({', '.join(p(n) for n in names)})")
+        params.update(zip(names, types, strict=True))
+    if tag is not None:
+        parts.append(tag_test.format(tags=TAGS_JSON.format(a=a), tag=p("l_tag")))
+        params["l_tag"] = tag
+    if contains:
+        q = p("l_q")
+        parts.append(
+            "(" + " OR ".join(f"{position}(lower({a}.{c}), lower({q})) > 0" for c in ("title", "content", "tags")) + ")"
+        )
+        params["l_q"] = contains
+    if archived_only:
+        parts.append(f"{a}.archived = 1")
+    return " AND ".join(parts), params
+
+
 def visibility_predicate(vis: Visibility, alias: str, placeholder: str) -> tuple[str, dict[str, Any]]:
     """`vis` as a SQL condition over the memory table (to AND into a WHERE) and its parameters,
     whose names start ``v_``. `placeholder` is the dialect's form of a named parameter, with

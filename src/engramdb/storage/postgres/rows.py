@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from engramdb.memories.model import Confidentiality, Memory, MemoryRef, TodoStatus, Visibility
-from engramdb.storage.memory_rows import MEMORY_COLUMNS, row_to_memory
+from engramdb.storage.memory_rows import MEMORY_COLUMNS, TAGS_JSON, listing_filter, row_to_memory
 from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
@@ -26,11 +26,10 @@ from engramdb.storage.ports import (
     Stored,
 )
 from engramdb.storage.postgres.connection import ALL_TENANTS, KEYS, PgStore
-from engramdb.storage.postgres.visibility import predicate
+from engramdb.storage.postgres.visibility import PLACEHOLDER, predicate
 
 M = "engram.engram_memories"
-#: a memory's tags as a JSON array (stored as '' when it has none)
-_TAGS = "CASE WHEN m.tags = '' THEN '[]' ELSE m.tags END"
+_TAGS = TAGS_JSON.format(a="m")
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 _TRIGGER = "trigger"  # the ref kind of intent triggers (engramdb.memories.prospective)
 _INSERT = (
@@ -303,23 +302,17 @@ class PgMemoryRows:
         offset: int = 0,
         limit: int = 50,
     ) -> tuple[list[Memory], int]:
-        pred, params = predicate(vis)
-        where, args = [pred, "m.id NOT LIKE 'forgotten:%%'"], dict(params)
-        if types:
-            where.append("m.type = ANY(%(l_types)s)")
-            args["l_types"] = list(types)
-        if tag is not None:
-            where.append(f"({_TAGS})::jsonb ? %(l_tag)s")
-            args["l_tag"] = tag
-        if contains:
-            where.append(
-                "(strpos(lower(m.title), lower(%(l_q)s)) > 0 OR strpos(lower(m.content), lower(%(l_q)s)) > 0"
-                " OR strpos(lower(m.tags), lower(%(l_q)s)) > 0)"
-            )
-            args["l_q"] = contains
-        if archived_only:
-            where.append("m.archived = 1")
-        cond = " AND ".join(where)
+        found, args = listing_filter(
+            vis,
+            types=types,
+            tag=tag,
+            contains=contains,
+            archived_only=archived_only,
+            placeholder=PLACEHOLDER,
+            position="strpos",
+            tag_test="({tags})::jsonb ? {tag}",
+        )
+        cond = f"{found} AND m.id NOT LIKE 'forgotten:%%'"
 
         def go(db: psycopg.Connection[Any]) -> tuple[list[Memory], int]:
             # one statement: the count and the page from one snapshot

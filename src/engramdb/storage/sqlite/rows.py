@@ -14,7 +14,7 @@ from engramdb.memories.model import (
     TodoStatus,
     Visibility,
 )
-from engramdb.storage.memory_rows import MEMORY_COLUMNS, row_to_memory
+from engramdb.storage.memory_rows import MEMORY_COLUMNS, TAGS_JSON, listing_filter, row_to_memory
 from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
@@ -27,7 +27,7 @@ from engramdb.storage.ports import (
     Stored,
 )
 from engramdb.storage.sqlite.connection import SqliteStore, translate, translated
-from engramdb.storage.sqlite.visibility import predicate
+from engramdb.storage.sqlite.visibility import PLACEHOLDER, predicate
 
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 #: statements of at most this many bound values per IN (…) list
@@ -48,8 +48,7 @@ def _named(prefix: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     return ",".join(f":{prefix}{i}" for i in range(len(values))), {f"{prefix}{i}": v for i, v in enumerate(values)}
 
 
-#: a memory's tags as a JSON array (stored as '' when it has none)
-_TAGS = "CASE WHEN m.tags = '' THEN '[]' ELSE m.tags END"
+_TAGS = TAGS_JSON.format(a="m")
 
 _INDEX_ROWS = (
     "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens, "
@@ -300,24 +299,17 @@ class SqliteMemoryRows:
         offset: int = 0,
         limit: int = 50,
     ) -> tuple[list[Memory], int]:
-        pred, params = predicate(vis)
-        where, args = [pred, "m.id NOT LIKE 'forgotten:%'"], dict(params)
-        if types:
-            marks, named = _named("lt", list(types))
-            where.append(f"m.type IN ({marks})")
-            args.update(named)
-        if tag is not None:
-            where.append(f"EXISTS (SELECT 1 FROM json_each({_TAGS}) j WHERE j.value = :l_tag)")  # noqa: S608 - a constant
-            args["l_tag"] = tag
-        if contains:
-            where.append(
-                "(instr(lower(m.title), lower(:l_q)) > 0 OR instr(lower(m.content), lower(:l_q)) > 0"
-                " OR instr(lower(m.tags), lower(:l_q)) > 0)"
-            )
-            args["l_q"] = contains
-        if archived_only:
-            where.append("m.archived = 1")
-        cond = " AND ".join(where)
+        found, args = listing_filter(
+            vis,
+            types=types,
+            tag=tag,
+            contains=contains,
+            archived_only=archived_only,
+            placeholder=PLACEHOLDER,
+            position="instr",
+            tag_test="EXISTS (SELECT 1 FROM json_each({tags}) j WHERE j.value = {tag})",
+        )
+        cond = f"{found} AND m.id NOT LIKE 'forgotten:%'"
         db = self._db()
         # one statement: the count and the page from one snapshot
         rows = db.execute(

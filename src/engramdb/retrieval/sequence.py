@@ -36,7 +36,8 @@ def sequence_neighbours(
     if window <= 0 or not nodes:
         return {}
     wanted = sorted({k for n in nodes for k in (n - 1, n, n + 1) if k >= 0})
-    created = {row[0]: row[6] for row in lexical.fields(wanted, vis, (), types=types)}
+    cols = lexical.columns(wanted, vis, (), types=types)
+    created = dict(zip(cols.keys.tolist(), cols.created.tolist(), strict=True))
     out: dict[int, list[tuple[int, bool, float]]] = {}
     for n in nodes:
         t = created.get(n)

@@ -152,15 +152,16 @@ class _Pool:
             mine, theirs = getattr(self, name), getattr(other, name)
             setattr(self, name, mine + theirs if isinstance(mine, list) else np.concatenate([mine, theirs]))
 
-    def cand(self, i: int) -> _Cand:
-        def f(a: npt.NDArray[Any]) -> float:
-            return float(a[i])
-
-        return _Cand(
-            self.keys[i], f(self.cos), f(self.cue), f(self.bm25), f(self.when), f(self.entity), f(self.ctx),
-            bool(self.lexical[i]), bool(self.vector[i]), f(self.spread), f(self.rel), f(self.rec), f(self.imp),
-            f(self.score), f(self.relevance),
+    def cands(self, rows: npt.NDArray[np.intp]) -> list[_Cand]:
+        """The candidates at `rows` (positions in these columns), as `_Cand`s: one gather per column."""
+        cols = (
+            self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx, self.lexical, self.vector, self.spread,
+            self.rel, self.rec, self.imp, self.score, self.relevance,
         )  # fmt: skip
+        keys = self.keys
+        return [
+            _Cand(keys[i], *fields) for i, *fields in zip(rows.tolist(), *(c[rows].tolist() for c in cols), strict=True)
+        ]
 
 
 class Recaller:
@@ -181,6 +182,26 @@ class Recaller:
         self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
         #: the largest query taken; set by the engine
         self.limits: Limits = DEFAULT_LIMITS
+        # Made once per config, not per recall: `replace` re-validates every field (~70 µs a recall).
+        self._made_for: scoring.ScoringConfig | None = None
+        self._weights: dict[str, float] = {}
+        self._hop_configs: dict[int, scoring.ScoringConfig] = {}
+
+    def _constants(self) -> None:
+        if self._made_for is not self.config:
+            self._made_for, self._weights, self._hop_configs = self.config, _weights(self.config), {}
+
+    def _weights_now(self) -> dict[str, float]:
+        self._constants()
+        return dict(self._weights)  # a copy: the caller's Explanation may be changed
+
+    def _with_hops(self, hops: int) -> scoring.ScoringConfig:
+        """The scoring config with `hops` (the recall's own; the config's is not read by recall)."""
+        self._constants()
+        cfg = self._hop_configs.get(hops)
+        if cfg is None:
+            cfg = self._hop_configs[hops] = replace(self.config, hops=hops)
+        return cfg
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -312,7 +333,7 @@ class Recaller:
         spread = scoring.spread(
             {cands.keys[i]: float(cands.base[i]) / top_weight for i in seeds},
             self._neighbours(vis, type_names),
-            replace(cfg, hops=hops),
+            self._with_hops(hops),
         )
         known = set(cands.keys)
         newcomers = [n for n in spread if n not in known]
@@ -329,8 +350,7 @@ class Recaller:
             # Fewer than k when fewer answer the query well enough: the cut is absolute, so
             # "nothing relevant" can be the answer.
             order = order[cands.relevance[order] >= min_relevance]
-        top = [cands.cand(i) for i in order[:k].tolist()]
-        near = [cands.cand(i) for i in order[k : k + NEAR_MISSES].tolist()]
+        top, near = cands.cands(order[:k]), cands.cands(order[k : k + NEAR_MISSES])
         # Only the memories shown are read in full; explain names the near misses by id and title.
         full = store.memories.many(vis, [c.n for c in top])
         for c in top:
@@ -361,7 +381,7 @@ class Recaller:
             hops=hops,
             hits=tuple(_explained(c, i + 1, True) for i, c in enumerate(top)),
             near_misses=tuple(_explained(c, k + i + 1, False) for i, c in enumerate(near)),
-            weights=_weights(cfg),
+            weights=self._weights_now(),
         )
         if not dry_run:
             self._log(explanation, top, vis, channel, trace_ref, now, types)

@@ -619,6 +619,19 @@ class LexicalChannel:
                 coverage=np.asarray(coverage, dtype=np.float64),
             )
 
+    def created_of(
+        self, keys: Sequence[int], vis: Visibility, *, types: frozenset[str] | None = None
+    ) -> dict[int, float]:
+        """{key: created_at} of those `keys` that `vis` may see (and of `types`): `columns`' keys
+        and creation times alone (spreading's implicit episodes ask for nothing else)."""
+        with self._lock:
+            n = self._size
+            ks = np.fromiter((k for k in keys if 0 <= k < n), dtype=np.int64)
+            if not len(ks):
+                return {}
+            ks = ks[self.cols.visible(vis, n, types)[ks]]
+            return dict(zip(ks.tolist(), self._created[ks].astype(np.float64).tolist(), strict=True))
+
     def holding(self, keys: Sequence[int], entities: Sequence[str]) -> set[int]:
         """Those of `keys` (already known visible: `fields`' keys) that hold one of the entity
         tokens `entities` — `fields`' entity flag alone, without the rest of its fields."""

@@ -57,7 +57,7 @@ NEAR_MISSES = 5
 
 @dataclass(slots=True)
 class _Cand:
-    """A hit or a near miss: its fields out of the candidates' columns (`_Pool.cand`)."""
+    """A hit or a near miss: its fields out of the candidates' columns (`_Pool.cands`)."""
 
     n: int
     cos: float

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from engramdb.memories import scoring
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval import recall
+from engramdb.retrieval.lexical_channel import _Rings
 
 unit = st.floats(min_value=-0.5, max_value=1.5, allow_nan=False)
 # Values that meet at the edges: zeros, the clip bounds, equal pairs.
@@ -61,3 +62,26 @@ def test_min_max_scaling_over_arrays_matches_the_rule(values: list[float]) -> No
         assert got == [1.0 if v > 0 else 0.0 for v in values]
     else:
         assert got == [min(max((v - lo) / (hi - lo), 0.0), 1.0) for v in values]
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=24)), max_size=30),
+    st.dictionaries(st.integers(min_value=0, max_value=40), st.one_of(st.none(), st.binary(max_size=16)), max_size=8),
+    st.lists(st.integers(min_value=0, max_value=45), max_size=40),
+)
+def test_rings_read_in_bulk_are_the_rings_read_one_by_one(
+    stored: list[bytes | None], changed: dict[int, bytes | None], keys: list[int]
+) -> None:
+    # As a side file leaves them (one blob with offsets), then changed since (the overrides).
+    lengths = [len(r or b"") for r in stored]
+    rings = _Rings.from_arrays(
+        {
+            "ring_off": np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64),
+            "ring_blob": np.frombuffer(b"".join(r or b"" for r in stored), dtype=np.uint8),
+            "ring_has": np.asarray([r is not None for r in stored], dtype=np.bool_),
+        }
+    )
+    for k, v in changed.items():
+        rings[k] = v
+    ks = np.asarray(keys, dtype=np.int64)
+    assert rings.many(ks) == [rings[k] for k in keys]

@@ -36,6 +36,7 @@ import logging
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,21 @@ class _Rings:
             return self._blob[int(self._off[key]) : int(self._off[key + 1])]
         return None
 
+    def many(self, keys: npt.NDArray[np.int64]) -> list[bytes | None]:
+        """``[self[k] for k in keys]`` with the offsets read as one array each (a recall asks
+        for a hundred: numpy scalar reads per key were most of the cost)."""
+        kl = keys.tolist()
+        m = len(self._has)
+        if not m:
+            return [self._over.get(k) for k in kl]
+        at = np.minimum(keys, m - 1)
+        starts, ends = self._off[at].tolist(), self._off[at + 1].tolist()
+        has = (self._has[at] & (keys < m)).tolist()
+        over, blob = self._over, self._blob
+        return [
+            over[k] if k in over else blob[a:b] if h else None for k, a, b, h in zip(kl, starts, ends, has, strict=True)
+        ]
+
     def __setitem__(self, key: int, value: bytes | None) -> None:
         if key in self._over or self[key] != value:
             self._over[key] = value
@@ -122,6 +138,30 @@ class _Rings:
         if len(out._off) != len(out._has) + 1 or int(out._off[-1]) != len(out._blob) or np.any(np.diff(out._off) < 0):
             raise ValueError("ring offsets do not fit the blob")
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class FieldColumns:
+    """Recall's scoring fields of some memories, one array per field in the same order (see
+    `LexicalChannel.columns`); `rings` are the packed access times (``pack_times``) or None,
+    `old_newest` and `old_oldest` NaN where there is no older access."""
+
+    keys: npt.NDArray[np.int64]
+    type: npt.NDArray[Any]  # codes of `VisibilityColumns.types`
+    importance: npt.NDArray[np.float64]
+    rings: list[bytes | None]
+    old_count: npt.NDArray[np.int64]
+    old_newest: npt.NDArray[np.float64]
+    old_oldest: npt.NDArray[np.float64]
+    cue: npt.NDArray[np.float64]
+    created: npt.NDArray[np.float64]
+    entity: npt.NDArray[np.float64]  # 1.0 where it holds an entity the query names
+    coverage: npt.NDArray[np.float64]
+
+    @classmethod
+    def empty(cls) -> FieldColumns:
+        f, i = np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64)
+        return cls(i, i, f, [], i, f, f, f, f, f, f)
 
 
 class LexicalChannel:
@@ -505,14 +545,48 @@ class LexicalChannel:
         """Recall's scoring fields of those `keys` that `vis` may see (and of `types`): (key, type,
         importance, access ring, (older count, newest, oldest), cue overlap with `stems`, created
         at, 1.0 if it holds one of the entity tokens `entities` else 0.0, coverage) — read from
-        memory, not from the rows. Coverage is the IDF-weighted share of `stems` the memory holds,
-        IDF over what `vis` shows: a word every memory has counts little, one none has counts
-        most, so a query about something the store never heard of covers little of anything."""
+        memory, not from the rows; `columns` gives the same as arrays."""
+        c = self.columns(keys, vis, stems, types=types, entities=entities)
+        names = self.cols.types.names()
+        olds = zip(
+            c.old_count.tolist(),
+            [None if x != x else x for x in c.old_newest.tolist()],  # NaN is None
+            [None if x != x else x for x in c.old_oldest.tolist()],
+            strict=True,
+        )
+        return list(
+            zip(
+                c.keys.tolist(),
+                [names[t] for t in c.type.tolist()],
+                c.importance.tolist(),
+                c.rings,
+                olds,
+                c.cue.tolist(),
+                c.created.tolist(),
+                c.entity.tolist(),
+                c.coverage.tolist(),
+                strict=True,
+            )
+        )
+
+    def columns(
+        self,
+        keys: Sequence[int],
+        vis: Visibility,
+        stems: Iterable[str],
+        *,
+        types: frozenset[str] | None = None,
+        entities: Sequence[str] = (),
+    ) -> FieldColumns:
+        """`fields` as one array per field, in the order of `keys` (those `vis` may see, and of
+        `types`). Coverage is the IDF-weighted share of `stems` the memory holds, IDF over what
+        `vis` shows: a word every memory has counts little, one none has counts most, so a query
+        about something the store never heard of covers little of anything."""
         with self._lock:
             n = self._size
-            ks = np.asarray([k for k in keys if 0 <= k < n], dtype=np.int64)
+            ks = np.fromiter((k for k in keys if 0 <= k < n), dtype=np.int64)
             if not len(ks):
-                return []
+                return FieldColumns.empty()
             seen = self.cols.visible(vis, n, types)
             ks = ks[seen[ks]]
             distinct = list(dict.fromkeys(stems))
@@ -545,31 +619,33 @@ class LexicalChannel:
                 t = self._vocab.get(e)
                 if t is not None:
                     named |= self._holds(t, ks)
-            # Column by column (`tolist` makes the Python floats at C speed), then one zip: a
-            # per-key loop of numpy scalar reads was most of a recall's candidate cost.
-            names = self.cols.types.names()
-            kl = ks.tolist()
             ring = self._ring
-            olds = zip(
-                self._old_count[ks].tolist(),
-                [None if x != x else x for x in self._old_newest[ks].tolist()],  # NaN is None
-                [None if x != x else x for x in self._old_oldest[ks].tolist()],
-                strict=True,
+            return FieldColumns(
+                keys=ks,
+                type=self.cols.type[ks],
+                importance=self._importance[ks].astype(np.float64),
+                rings=ring.many(ks),
+                old_count=self._old_count[ks],
+                old_newest=self._old_newest[ks],
+                old_oldest=self._old_oldest[ks],
+                cue=np.asarray(cue, dtype=np.float64),
+                created=self._created[ks].astype(np.float64),
+                entity=np.where(named, 1.0, 0.0),
+                coverage=np.asarray(coverage, dtype=np.float64),
             )
-            return list(
-                zip(
-                    kl,
-                    [names[t] for t in self.cols.type[ks].tolist()],
-                    self._importance[ks].astype(np.float64).tolist(),
-                    [ring[k] for k in kl],
-                    olds,
-                    np.asarray(cue, dtype=np.float64).tolist(),
-                    self._created[ks].astype(np.float64).tolist(),
-                    np.where(named, 1.0, 0.0).tolist(),
-                    np.asarray(coverage, dtype=np.float64).tolist(),
-                    strict=True,
-                )
-            )
+
+    def created_of(
+        self, keys: Sequence[int], vis: Visibility, *, types: frozenset[str] | None = None
+    ) -> dict[int, float]:
+        """{key: created_at} of those `keys` that `vis` may see (and of `types`): `columns`' keys
+        and creation times alone (spreading's implicit episodes ask for nothing else)."""
+        with self._lock:
+            n = self._size
+            ks = np.fromiter((k for k in keys if 0 <= k < n), dtype=np.int64)
+            if not len(ks):
+                return {}
+            ks = ks[self.cols.visible(vis, n, types)[ks]]
+            return dict(zip(ks.tolist(), self._created[ks].astype(np.float64).tolist(), strict=True))
 
     def holding(self, keys: Sequence[int], entities: Sequence[str]) -> set[int]:
         """Those of `keys` (already known visible: `fields`' keys) that hold one of the entity

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from engramdb.errors import ValidationError
 from engramdb.memories import scoring
@@ -39,6 +40,7 @@ from engramdb.memories.model import (
 )
 from engramdb.observability import otel
 from engramdb.retrieval.keywords import keywords, query_entity_tokens, query_names, stem
+from engramdb.retrieval.lexical_channel import FieldColumns
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
 from engramdb.retrieval.sequence import sequence_neighbours
 from engramdb.retrieval.when import TimeWindow, When, resolve_when
@@ -55,29 +57,23 @@ NEAR_MISSES = 5
 
 @dataclass(slots=True)
 class _Cand:
+    """A hit or a near miss: its fields out of the candidates' columns (`_Pool.cands`)."""
+
     n: int
-    mtype: str
-    importance: float
-    ring: bytes | None  # packed access times (`pack_times`)
-    old: tuple[int, float | None, float | None]
-    cos: float = 0.0
-    cue: float = 0.0
-    created: float = 0.0
-    bm25: float = 0.0
-    when: float = 0.0
-    entity: float = 0.0
-    ctx: float = 0.0
-    lexical: bool = False
-    vector: bool = False
-    spread: float = 0.0
-    rel: float = 0.0
-    rec: float = 0.0
-    imp: float = 0.0
-    base: float = 0.0
-    score: float = 0.0
-    raw_rec: float = 0.0
-    coverage: float = 0.0  # IDF-weighted share of the query's words held (absolute)
-    relevance: float = 0.0
+    cos: float
+    cue: float
+    bm25: float
+    when: float
+    entity: float
+    ctx: float
+    lexical: bool
+    vector: bool
+    spread: float
+    rel: float
+    rec: float
+    imp: float
+    score: float
+    relevance: float
     memory: Memory | None = None
     name: tuple[str, str] | None = None  # (id, title) of a near miss, which is not read in full
 
@@ -95,6 +91,77 @@ class _Cand:
         return Components(
             self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx
         )
+
+
+class _Pool:
+    """The candidates as columns, one float64 array per feature in one order: scoring runs over
+    arrays with the same IEEE operations, in the same order, as it ran per candidate (so the
+    same values), without a Python object per candidate (~100 per recall)."""
+
+    __slots__ = (
+        "base",
+        "bm25",
+        "cos",
+        "coverage",
+        "created",
+        "ctx",
+        "cue",
+        "entity",
+        "imp",
+        "importance",
+        "keys",
+        "lexical",
+        "n",
+        "olds",
+        "raw_rec",
+        "rec",
+        "rel",
+        "relevance",
+        "rings",
+        "score",
+        "spread",
+        "vector",
+        "when",
+    )  # fmt: skip
+
+    def __init__(self, f: FieldColumns) -> None:
+        self.n = f.keys
+        self.keys: list[int] = f.keys.tolist()
+        self.rings = f.rings
+        self.olds = list(
+            zip(
+                f.old_count.tolist(),
+                [None if x != x else x for x in f.old_newest.tolist()],  # NaN is None
+                [None if x != x else x for x in f.old_oldest.tolist()],
+                strict=True,
+            )
+        )
+        self.importance, self.cue, self.created = f.importance, f.cue, f.created
+        self.entity, self.coverage = f.entity.copy(), f.coverage
+        zeros = np.zeros(len(self.keys), dtype=np.float64)
+        self.bm25 = self.cos = self.when = self.raw_rec = self.relevance = zeros
+        self.rel = self.rec = self.imp = self.ctx = self.base = self.spread = self.score = zeros
+        self.lexical = self.vector = np.zeros(len(self.keys), dtype=np.bool_)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def extend(self, other: _Pool) -> None:
+        """Append `other`'s candidates (spreading's newcomers) after these."""
+        for name in self.__slots__:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(self, name, mine + theirs if isinstance(mine, list) else np.concatenate([mine, theirs]))
+
+    def cands(self, rows: npt.NDArray[np.intp]) -> list[_Cand]:
+        """The candidates at `rows` (positions in these columns), as `_Cand`s: one gather per column."""
+        cols = (
+            self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx, self.lexical, self.vector, self.spread,
+            self.rel, self.rec, self.imp, self.score, self.relevance,
+        )  # fmt: skip
+        keys = self.keys
+        return [
+            _Cand(keys[i], *fields) for i, *fields in zip(rows.tolist(), *(c[rows].tolist() for c in cols), strict=True)
+        ]
 
 
 class Recaller:
@@ -115,6 +182,26 @@ class Recaller:
         self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
         #: the largest query taken; set by the engine
         self.limits: Limits = DEFAULT_LIMITS
+        # Made once per config, not per recall: `replace` re-validates every field (~70 µs a recall).
+        self._made_for: scoring.ScoringConfig | None = None
+        self._weights: dict[str, float] = {}
+        self._hop_configs: dict[int, scoring.ScoringConfig] = {}
+
+    def _constants(self) -> None:
+        if self._made_for is not self.config:
+            self._made_for, self._weights, self._hop_configs = self.config, _weights(self.config), {}
+
+    def _weights_now(self) -> dict[str, float]:
+        self._constants()
+        return dict(self._weights)  # a copy: the caller's Explanation may be changed
+
+    def _with_hops(self, hops: int) -> scoring.ScoringConfig:
+        """The scoring config with `hops` (the recall's own; the config's is not read by recall)."""
+        self._constants()
+        cfg = self._hop_configs.get(hops)
+        if cfg is None:
+            cfg = self._hop_configs[hops] = replace(self.config, hops=hops)
+        return cfg
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -125,16 +212,11 @@ class Recaller:
         types: frozenset[str] | None,
         qstems: Sequence[str],
         qents: Sequence[str],
-    ) -> dict[int, _Cand]:
+    ) -> _Pool:
         """The scoring fields of the visible memories among `ns` (from the lexical channel's cache
         of them, refreshed at the start of the recall), with their cue overlap with the query and
         whether they hold an entity the query names."""
-        return {
-            n: _Cand(n, mtype, importance, ring, old, cue=cue, created=created, entity=ent, coverage=cov)
-            for n, mtype, importance, ring, old, cue, created, ent, cov in self.lexical.fields(
-                ns, vis, qstems, types=types, entities=qents
-            )
-        }
+        return _Pool(self.lexical.columns(ns, vis, qstems, types=types, entities=qents))
 
     def _contradictions(self, ns: list[int], vis: Visibility) -> dict[int, tuple[str, ...]]:
         """'contradicted by …' notes for hits with a visible `contradicts` edge, either way round."""
@@ -229,42 +311,46 @@ class Recaller:
             qvec = self.embedder.embed([query])[0]
             vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
         cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems, qents)
-        if cfg.w_entity and cfg.name_focus and not any(c.entity for c in cands.values()):
+        if cfg.w_entity and cfg.name_focus and not cands.entity.any():
             # No candidate holds an entity the query names (none given at remember time): the names
             # the query writes, found in the memories' own words, stand in (keywords.query_names).
             qents = query_names(query)
-            for n in self.lexical.holding(list(cands), qents) if qents else ():
-                cands[n].entity = 1.0
-        for c in cands.values():
-            c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
-        self._features(list(cands.values()), qvec, vector, now, windows)
-        bounds = self._normalise(list(cands.values()))
+            held = self.lexical.holding(cands.keys, qents) if qents else set()
+            if held:
+                cands.entity[np.fromiter((n in held for n in cands.keys), dtype=np.bool_, count=len(cands))] = 1.0
+        cands.bm25 = np.fromiter((lexical.get(n, 0.0) for n in cands.keys), dtype=np.float64, count=len(cands))
+        cands.lexical = np.fromiter((n in lexical for n in cands.keys), dtype=np.bool_, count=len(cands))
+        cands.vector = np.fromiter((n in vector for n in cands.keys), dtype=np.bool_, count=len(cands))
+        self._features(cands, qvec, vector, now, windows)
+        bounds = self._normalise(cands)
         # The candidates, by their rel, are the anchors of the temporal context (themselves included).
-        anchors = ([c.n for c in cands.values()], [c.created for c in cands.values()], [c.rel for c in cands.values()])
-        self._weigh(list(cands.values()), anchors)
+        anchors = (cands.n, cands.created, cands.rel)
+        self._weigh(cands, anchors)
         # Spread from the best seeds; activation is the base score scaled to [0, 1] by the highest
         # base this query allows.
-        top_weight = scoring.top_weight(cfg, windows=bool(windows), entity=any(c.entity for c in cands.values()))
-        seeds = sorted(cands.values(), key=lambda c: (-c.base, c.n))[: max(k, 1)]
+        top_weight = scoring.top_weight(cfg, windows=bool(windows), entity=bool(cands.entity.any()))
+        seeds = np.lexsort((cands.n, -cands.base))[: max(k, 1)].tolist()
         spread = scoring.spread(
-            {c.n: c.base / top_weight for c in seeds}, self._neighbours(vis, type_names), replace(cfg, hops=hops)
+            {cands.keys[i]: float(cands.base[i]) / top_weight for i in seeds},
+            self._neighbours(vis, type_names),
+            self._with_hops(hops),
         )
-        newcomers = [n for n in spread if n not in cands]
+        known = set(cands.keys)
+        newcomers = [n for n in spread if n not in known]
         if newcomers:
-            fresh = list(self._candidates(newcomers, vis, type_names, qstems, qents).values())
+            fresh = self._candidates(newcomers, vis, type_names, qstems, qents)
             self._features(fresh, qvec, {}, now, windows)
             self._normalise(fresh, bounds)
             self._weigh(fresh, anchors)
-            cands.update({c.n: c for c in fresh})
-        for c in cands.values():
-            c.spread = spread.get(c.n, 0.0)
-            c.score = c.base + cfg.gamma * c.spread
-        ranked = sorted(cands.values(), key=lambda c: (-c.score, c.n))
+            cands.extend(fresh)
+        cands.spread = np.fromiter((spread.get(n, 0.0) for n in cands.keys), dtype=np.float64, count=len(cands))
+        cands.score = cands.base + cfg.gamma * cands.spread
+        order = np.lexsort((cands.n, -cands.score))
         if min_relevance is not None:
             # Fewer than k when fewer answer the query well enough: the cut is absolute, so
             # "nothing relevant" can be the answer.
-            ranked = [c for c in ranked if c.relevance >= min_relevance]
-        top, near = ranked[:k], ranked[k : k + NEAR_MISSES]
+            order = order[cands.relevance[order] >= min_relevance]
+        top, near = cands.cands(order[:k]), cands.cands(order[k : k + NEAR_MISSES])
         # Only the memories shown are read in full; explain names the near misses by id and title.
         full = store.memories.many(vis, [c.n for c in top])
         for c in top:
@@ -295,68 +381,80 @@ class Recaller:
             hops=hops,
             hits=tuple(_explained(c, i + 1, True) for i, c in enumerate(top)),
             near_misses=tuple(_explained(c, k + i + 1, False) for i, c in enumerate(near)),
-            weights=_weights(cfg),
+            weights=self._weights_now(),
         )
         if not dry_run:
             self._log(explanation, top, vis, channel, trace_ref, now, types)
         return Recall(query, hits, recall_id, now), explanation
 
     def _features(
-        self, cands: list[_Cand], qvec: Any, vector: dict[int, float], now: float, windows: Sequence[TimeWindow]
+        self, cands: _Pool, qvec: Any, vector: dict[int, float], now: float, windows: Sequence[TimeWindow]
     ) -> None:
         cfg = self.config
         cosines: dict[int, float] = {}
         if qvec is not None and self.channel is not None:
-            missing = [c.n for c in cands if c.n not in vector]
+            missing = [n for n in cands.keys if n not in vector]
             cosines = {**self.channel.cosines(qvec, missing), **vector}
-        recs = scoring.recencies([c.ring for c in cands], [c.old for c in cands], now, cfg.decay, cfg.min_age)
+        cos = np.fromiter((cosines.get(n, 0.0) for n in cands.keys), dtype=np.float64, count=len(cands))
+        cands.cos = np.where(cos < 0.0, 0.0, cos)  # max(cos, 0.0); c.cue comes with the candidate
+        inside = np.zeros(len(cands), dtype=np.bool_)
+        for w in windows:
+            inside |= (w.start <= cands.created) & (cands.created < w.end)
+        cands.when = np.where(inside, 1.0, 0.0)
+        cands.raw_rec = np.asarray(
+            scoring.recencies(cands.rings, cands.olds, now, cfg.decay, cfg.min_age), dtype=np.float64
+        )
         floor = float(getattr(self.embedder, "unrelated_cosine", 0.0) or 0.0)
-        for c, rec in zip(cands, recs, strict=True):
-            c.cos = max(cosines.get(c.n, 0.0), 0.0)  # c.cue comes with the candidate (`_candidates`)
-            c.when = 1.0 if any(c.created in w for w in windows) else 0.0
-            c.raw_rec = rec
-            c.relevance = scoring.absolute_relevance(c.coverage, c.cos, floor)
+        cands.relevance = _absolute_relevance(cands.coverage, cands.cos, floor)
 
     def _normalise(
-        self, cands: list[_Cand], bounds: dict[str, tuple[float, float]] | None = None
+        self, cands: _Pool, bounds: dict[str, tuple[float, float]] | None = None
     ) -> dict[str, tuple[float, float]]:
         """Min-max over the candidates (first the cosines, with ``cos_minmax``, and BM25 over the
         best candidate's, when μ > 0); spread-only nodes reuse the candidates' bounds, clipped."""
         cfg = self.config
         if bounds is None:
             bounds = {
-                "cos": _span([c.cos for c in cands]),
-                "bm25": (0.0, max((c.bm25 for c in cands), default=0.0)),
+                "cos": _span(cands.cos),
+                "bm25": (0.0, float(cands.bm25.max()) if len(cands) else 0.0),
             }
-        cos = _scaled([c.cos for c in cands], *bounds["cos"]) if cfg.cos_minmax else [c.cos for c in cands]
-        bm25 = _scaled([c.bm25 for c in cands], *bounds["bm25"]) if cfg.mu else [0.0] * len(cands)
-        cue = [c.cue for c in cands]
+        cos = _scaled(cands.cos, *bounds["cos"]) if cfg.cos_minmax else cands.cos
+        bm25 = _scaled(cands.bm25, *bounds["bm25"]) if cfg.mu else np.zeros(len(cands))
+        cue = cands.cue
         if cfg.fusion == "rank":  # ranks among the candidates; a node spreading reached ranks nowhere
             first = "rel" not in bounds
-            cos, cue, bm25 = (scoring.rank_scores(v, cfg.rank_k) if first else [0.0] * len(v) for v in (cos, cue, bm25))
+            cos, cue, bm25 = (
+                np.asarray(scoring.rank_scores(v.tolist(), cfg.rank_k) if first else np.zeros(len(v)), dtype=np.float64)
+                for v in (cos, cue, bm25)
+            )
         raw = {
-            "rel": [scoring.relevance(cs, cu, cfg.lam, bm, cfg.mu) for cs, cu, bm in zip(cos, cue, bm25, strict=True)],
-            "rec": [c.raw_rec for c in cands],
-            "imp": [scoring.importance_score(c.importance) for c in cands],
+            # relevance and importance_score are arithmetic only: over arrays, element by element
+            "rel": np.asarray(scoring.relevance(cos, cue, cfg.lam, bm25, cfg.mu), dtype=np.float64),  # type: ignore[arg-type]
+            "rec": cands.raw_rec,
+            "imp": np.asarray(scoring.importance_score(cands.importance), dtype=np.float64),  # type: ignore[arg-type]
         }
         if "rel" not in bounds:
             bounds.update({key: _span(v) for key, v in raw.items()})
             if cfg.fusion == "rank":  # rel is on the rank scale already: [0, 1], the same for every query
                 bounds["rel"] = (0.0, 1.0)
-        norm = {key: _scaled(values, *bounds[key]) for key, values in raw.items()}
-        for i, c in enumerate(cands):
-            c.rel, c.rec, c.imp = norm["rel"][i], norm["rec"][i], norm["imp"][i]
+        cands.rel, cands.rec, cands.imp = (_scaled(raw[key], *bounds[key]) for key in ("rel", "rec", "imp"))
         return bounds
 
-    def _weigh(self, cands: list[_Cand], anchors: tuple[list[int], list[float], list[float]]) -> None:
+    def _weigh(
+        self,
+        cands: _Pool,
+        anchors: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]],
+    ) -> None:
         """Temporal context from the anchors (keys, creation times, rel), then each base score."""
         cfg = self.config
         if cfg.w_ctx:
-            ctx = scoring.temporal_context([c.n for c in cands], [c.created for c in cands], *anchors, cfg.ctx_tau)
-            for c, x in zip(cands, ctx, strict=True):
-                c.ctx = x
-        for c in cands:
-            c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg, c.when, c.entity, c.ctx)
+            ctx = scoring.temporal_context(cands.n, cands.created, *anchors, cfg.ctx_tau)  # type: ignore[arg-type]
+            cands.ctx = np.asarray(ctx, dtype=np.float64)
+        # base_score is arithmetic only: over the arrays, element by element
+        cands.base = np.asarray(
+            scoring.base_score(cands.rel, cands.rec, cands.imp, cfg, cands.when, cands.entity, cands.ctx),  # type: ignore[arg-type]
+            dtype=np.float64,
+        )
 
     def _log(
         self,
@@ -406,18 +504,30 @@ class Recaller:
                 self.channel.passed(change)
 
 
-def _span(values: Sequence[float]) -> tuple[float, float]:
-    return (min(values), max(values)) if values else (0.0, 0.0)
+def _span(values: npt.NDArray[np.float64]) -> tuple[float, float]:
+    return (float(values.min()), float(values.max())) if len(values) else (0.0, 0.0)
 
 
-def _scaled(values: Sequence[float], lo: float, hi: float) -> list[float]:
+def _scaled(values: npt.NDArray[np.float64], lo: float, hi: float) -> npt.NDArray[np.float64]:
     """Min-max to [0, 1] by (lo, hi), clipped; a zero-width span maps to 1 where positive, else 0."""
     if hi - lo < 1e-12:
-        return [1.0 if v > 0 else 0.0 for v in values]
-    # One array pass (the same IEEE operations as per float, so the same values): eight of these
-    # per recall over every candidate were a Python loop of min/max calls each.
-    scaled: list[float] = np.clip((np.asarray(values, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0).tolist()
+        return np.where(values > 0, 1.0, 0.0)
+    scaled: npt.NDArray[np.float64] = np.clip((np.asarray(values, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
     return scaled
+
+
+def _absolute_relevance(
+    coverage: npt.NDArray[np.float64], cos: npt.NDArray[np.float64], unrelated_cosine: float
+) -> npt.NDArray[np.float64]:
+    """`scoring.absolute_relevance` of each candidate, over the arrays with the same operations
+    (``max``/``min`` written as the comparisons Python's make, so ties and zeros come out alike)."""
+    b = min(max(unrelated_cosine, 0.0), 0.99)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        semantic = np.where(cos > b, (cos - b) / (1.0 - b), 0.0)
+    best = np.where(semantic > coverage, semantic, coverage)
+    best = np.where(best < 0.0, 0.0, best)
+    out: npt.NDArray[np.float64] = np.where(best > 1.0, 1.0, best)
+    return out
 
 
 def _memory(c: _Cand) -> Memory:

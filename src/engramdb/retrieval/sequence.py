@@ -10,7 +10,7 @@ causal) for spreading. The window is a prior, not a fit: one sitting (an hour) l
 episode; memories a day apart are not one. Two memories made at the very same instant (one
 `remember_many` call without event times, a bulk import, a fixed test clock) carry no order, so
 they are no neighbours — the rule temporal context follows too (`scoring.temporal_context`). Visibility comes first, as for real edges: a neighbour
-the reader cannot see is never reached, and `LexicalChannel.fields` answers only for visible keys.
+the reader cannot see is never reached, and `LexicalChannel.created_of` answers only for visible keys.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def sequence_neighbours(
     if window <= 0 or not nodes:
         return {}
     wanted = sorted({k for n in nodes for k in (n - 1, n, n + 1) if k >= 0})
-    created = {row[0]: row[6] for row in lexical.fields(wanted, vis, (), types=types)}
+    created = lexical.created_of(wanted, vis, types=types)
     out: dict[int, list[tuple[int, bool, float]]] = {}
     for n in nodes:
         t = created.get(n)

@@ -36,6 +36,7 @@ from engramdb.memories.model import Visibility
 from engramdb.retrieval import side_files
 from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.storage.ports import Backend, VectorRow
+from engramdb.vectors import ann
 from engramdb.vectors.ann import AnnIndex
 from engramdb.vectors.base import VectorIndex
 from engramdb.vectors.exact import ExactIndex
@@ -441,7 +442,11 @@ class VectorChannel:
             if not keys:
                 return {}
             vecs = self.index.vectors_of(np.asarray(keys, dtype=np.int64))
-            return dict(zip(keys, np.einsum("ij,j->i", vecs, query_vec).tolist(), strict=True))
+            # the kernel the index's search scores with, so a memory's cosine is the same either way
+            sims = (
+                ann.dot(vecs, query_vec) if isinstance(self.index, AnnIndex) else np.einsum("ij,j->i", vecs, query_vec)
+            )
+            return dict(zip(keys, sims.tolist(), strict=True))
 
 
 def _similarities(index: VectorIndex, rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

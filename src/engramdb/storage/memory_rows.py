@@ -21,7 +21,7 @@ MEMORY_COLUMNS = (
 
 
 def _labels(text: str) -> tuple[str, ...]:
-    return tuple(json.loads(text)) if text else ()
+    return tuple(json.loads(text)) if text and text != "[]" else ()  # most have none: no parse
 
 
 def row_to_memory(row: Sequence[Any]) -> Memory:
@@ -55,7 +55,7 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
         valid_to=vto,
         archived=bool(archived),
         status=TodoStatus(status) if status else None,
-        refs=tuple(MemoryRef.from_json(r) for r in json.loads(refs)),
+        refs=tuple(MemoryRef.from_json(r) for r in json.loads(refs)) if refs != "[]" else (),
         version=version,
         last_access=last,
         access_count=count,

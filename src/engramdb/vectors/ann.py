@@ -767,10 +767,26 @@ class AnnIndex(ExactIndex):
 
 
 def _dot(matrix: npt.NDArray[np.float32], q: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """matrix @ q in numpy's own single-threaded kernel (see ExactIndex.search: BLAS wakes its
-    thread pool per call, 14.6 ms against 0.63 ms at 10k rows on a busy 2-core machine)."""
-    out: npt.NDArray[np.float32] = np.einsum("ij,j->i", matrix, q)
+    """matrix @ q on the calling thread: faiss's inner-product kernel (``fvec_inner_products_ny``,
+    serial SIMD) — 0.34 ms against einsum's 0.64 ms at 10k x 384 here; BLAS (matmul) is faster
+    still on one thread but wakes its thread pool for each call, 14.6 ms against 0.63 ms at 10k
+    rows on a busy 2-core machine. Its sums run in another order than einsum's, so a cosine can
+    differ from einsum's in the last float32 bits (<= 1.1e-6 here)."""
+    m = np.ascontiguousarray(matrix, dtype=np.float32)
+    out = np.empty(len(m), dtype=np.float32)
+    if len(m) and m.shape[1]:
+        faiss = _faiss()
+        v = np.ascontiguousarray(q, dtype=np.float32)
+        faiss.fvec_inner_products_ny(faiss.swig_ptr(out), faiss.swig_ptr(v), faiss.swig_ptr(m), m.shape[1], len(m))
+    elif len(m):
+        out[:] = 0.0
     return out
+
+
+def dot(matrix: npt.NDArray[np.float32], q: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Dot products of each row of `matrix` with `q`, as `AnnIndex.search` scores them (so a
+    caller scoring a few vectors itself gets the very values a search gives)."""
+    return _dot(matrix, q)
 
 
 def _top(sims: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:

@@ -584,10 +584,25 @@ class LexicalChannel:
             return set(ks[named].tolist())
 
     def search(
-        self, stems: Iterable[str], limit: int, vis: Visibility, *, types: frozenset[str] | None = None
+        self,
+        stems: Iterable[str],
+        limit: int,
+        vis: Visibility,
+        *,
+        types: frozenset[str] | None = None,
+        k1: float = K1,
+        b: float = B,
+        prev_weight: float = 0.0,
+        window: float = 0.0,
     ) -> dict[int, float]:
-        """The `limit` visible memories (of `types`, when given) with the highest BM25 for the
-        query's stems, {key: score}, best first."""
+        """The `limit` visible memories (of `types`, when given) with the highest BM25 (`k1`,
+        `b`) for the query's stems, {key: score}, best first.
+
+        With `prev_weight` > 0 and a `window`, a memory's score also holds `prev_weight` × the BM25
+        of the memory written just before it (the adjacent key), when that one is visible too and
+        was made within `window` seconds before it (not at the same instant: an implicit episode,
+        retrieval/sequence.py): document expansion by the preceding turn, so the reply "They were
+        awestruck" is found by the words of the question it answers."""
         with self._lock:
             n = self._size
             terms = [self._vocab.get(s) for s in dict.fromkeys(stems)]
@@ -616,7 +631,7 @@ class LexicalChannel:
             all_keys = np.concatenate(keys)
             length = self._length[all_keys]
             weight = np.repeat(np.asarray(idfs, dtype=np.float32), [len(k) for k in keys])
-            weight *= (K1 + 1.0) / (1.0 + K1 * (1.0 - B + B * length / avglen))
+            weight *= (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * length / avglen))
             if len(keys) == 1:
                 cand, score = all_keys, weight
             elif len(all_keys) * 32 > n:
@@ -627,11 +642,36 @@ class LexicalChannel:
             else:
                 cand, inverse = np.unique(all_keys, return_inverse=True)
                 score = np.bincount(inverse, weights=weight, minlength=len(cand)).astype(np.float32)
+            if prev_weight > 0 and window > 0:
+                cand, score = self._with_preceding(cand, score, mask, prev_weight, window)
             if len(cand) > limit:
                 top = np.argpartition(-score, limit - 1)[:limit]
                 cand, score = cand[top], score[top]
             order = np.lexsort((cand, -score))
             return dict(zip(cand[order].tolist(), score[order].tolist(), strict=True))
+
+    def _with_preceding(
+        self,
+        cand: npt.NDArray[np.int32],
+        score: npt.NDArray[np.float32],
+        mask: npt.NDArray[np.bool_],
+        weight: float,
+        window: float,
+    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+        """(cand, score) with each scored key's next key (visible, made 0 < Δt ≤ `window` after
+        it) credited `weight` × its score; `search`'s document expansion."""
+        nxt = cand.astype(np.int64) + 1
+        inside = nxt < self._size
+        src, nxt = cand[inside], nxt[inside]
+        gap = self._created[nxt] - self._created[src]
+        ok = mask[nxt] & (gap > 0) & (gap <= window)
+        if not ok.any():
+            return cand, score
+        keys = np.concatenate([cand.astype(np.int64), nxt[ok]])
+        weights = np.concatenate([score.astype(np.float64), weight * score[inside][ok].astype(np.float64)])
+        merged, inverse = np.unique(keys, return_inverse=True)
+        total = np.bincount(inverse, weights=weights, minlength=len(merged)).astype(np.float32)
+        return merged.astype(np.int32), total
 
 
 def _indexed(terms: str, entities: str | None) -> str:

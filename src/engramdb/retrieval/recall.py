@@ -38,7 +38,7 @@ from engramdb.memories.model import (
     check_text,
 )
 from engramdb.observability import otel
-from engramdb.retrieval.keywords import keywords, query_entity_tokens, query_names, stem
+from engramdb.retrieval.keywords import TIME_WORDS, asks_when, keywords, query_entity_tokens, query_names, stem
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
 from engramdb.retrieval.sequence import sequence_neighbours
 from engramdb.retrieval.when import TimeWindow, When, resolve_when
@@ -67,6 +67,7 @@ class _Cand:
     when: float = 0.0
     entity: float = 0.0
     ctx: float = 0.0
+    dated: float = 0.0
     lexical: bool = False
     vector: bool = False
     spread: float = 0.0
@@ -93,7 +94,17 @@ class _Cand:
 
     def components(self) -> Components:
         return Components(
-            self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx
+            self.rel,
+            self.rec,
+            self.imp,
+            self.spread,
+            self.cos,
+            self.cue,
+            self.bm25,
+            self.when,
+            self.entity,
+            self.ctx,
+            self.dated,
         )
 
 
@@ -221,7 +232,10 @@ class Recaller:
         qstems = list(dict.fromkeys(stem(w) for w in kws))
         qents = query_entity_tokens(query) if cfg.w_entity else []
         self.lexical.refresh(store)
-        lexical = self.lexical.search(qstems, cfg.candidates, vis, types=type_names)
+        lexical = self.lexical.search(
+            qstems, cfg.candidates, vis, types=type_names, k1=cfg.bm25_k1, b=cfg.bm25_b,
+            prev_weight=cfg.bm25_prev, window=cfg.sequence_window,
+        )  # fmt: skip
         vector: dict[int, float] = {}
         qvec = None
         if self.channel is not None and self.embedder is not None:
@@ -237,6 +251,10 @@ class Recaller:
                 cands[n].entity = 1.0
         for c in cands.values():
             c.bm25, c.lexical, c.vector = lexical.get(c.n, 0.0), c.n in lexical, c.n in vector
+        dated = bool(cfg.w_dated) and asks_when(query)
+        if dated:  # a question asking when: the memories that say when (keywords.TIME_WORDS) rise
+            for n in self.lexical.holding(list(cands), TIME_WORDS):
+                cands[n].dated = 1.0
         self._features(list(cands.values()), qvec, vector, now, windows)
         bounds = self._normalise(list(cands.values()))
         # The candidates, by their rel, are the anchors of the temporal context (themselves included).
@@ -244,7 +262,9 @@ class Recaller:
         self._weigh(list(cands.values()), anchors)
         # Spread from the best seeds; activation is the base score scaled to [0, 1] by the highest
         # base this query allows.
-        top_weight = scoring.top_weight(cfg, windows=bool(windows), entity=any(c.entity for c in cands.values()))
+        top_weight = scoring.top_weight(
+            cfg, windows=bool(windows), entity=any(c.entity for c in cands.values()), dated=dated
+        )
         seeds = sorted(cands.values(), key=lambda c: (-c.base, c.n))[: max(k, 1)]
         spread = scoring.spread(
             {c.n: c.base / top_weight for c in seeds}, self._neighbours(vis, type_names), replace(cfg, hops=hops)
@@ -252,6 +272,9 @@ class Recaller:
         newcomers = [n for n in spread if n not in cands]
         if newcomers:
             fresh = list(self._candidates(newcomers, vis, type_names, qstems, qents).values())
+            if dated:
+                for n in self.lexical.holding([c.n for c in fresh], TIME_WORDS):
+                    next(c for c in fresh if c.n == n).dated = 1.0
             self._features(fresh, qvec, {}, now, windows)
             self._normalise(fresh, bounds)
             self._weigh(fresh, anchors)
@@ -356,7 +379,7 @@ class Recaller:
             for c, x in zip(cands, ctx, strict=True):
                 c.ctx = x
         for c in cands:
-            c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg, c.when, c.entity, c.ctx)
+            c.base = scoring.base_score(c.rel, c.rec, c.imp, cfg, c.when, c.entity, c.ctx, c.dated)
 
     def _log(
         self,
@@ -457,6 +480,7 @@ def _explained_json(e: Explained) -> dict[str, Any]:
             "when": c.when,
             "entity": c.entity,
             "ctx": c.ctx,
+            "dated": c.dated,
         },
         "source": e.source,
         "selected": e.selected,
@@ -490,6 +514,10 @@ def _weights(cfg: scoring.ScoringConfig) -> dict[str, float]:
         "w_entity": cfg.w_entity,
         "name_focus": float(cfg.name_focus),
         "w_ctx": cfg.w_ctx,
+        "w_dated": cfg.w_dated,
+        "bm25_k1": cfg.bm25_k1,
+        "bm25_b": cfg.bm25_b,
+        "bm25_prev": cfg.bm25_prev,
         "ctx_tau": cfg.ctx_tau,
         "gamma": cfg.gamma,
         "hop_decay": cfg.hop_decay,

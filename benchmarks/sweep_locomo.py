@@ -3,7 +3,8 @@
 The plain-API stores of each conversation are built once (cached in --workdir) and every setting
 (``--set`` of bench_locomo.py, one per argument) is run on them with real ``agent.recall`` calls,
 as bench_locomo.py's headline row does. It refuses the test split: that is read once, by
-bench_locomo.py, for the report.
+bench_locomo.py, for the report. The cached stores are the engine's as it was when they were built:
+delete --workdir once the write path changes.
 
     .venv/bin/python benchmarks/sweep_locomo.py "" "bm25_b=0.5" "w_ctx=1.0,mu=0.2"
 """

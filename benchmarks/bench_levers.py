@@ -37,7 +37,7 @@ BATCH = 1000
 
 def settings() -> dict[str, ScoringConfig]:
     """The shipped defaults and each lever flipped (name focus, the fusion, implicit episodes, temporal
-    context, the entity lift). The speaker prefix is read at remember time and costs recall nothing."""
+    context, the entity lift, document expansion, the when-question lift). The speaker prefix is read at remember time and costs recall nothing."""
     base = ScoringConfig()
     other = "minmax" if base.fusion == "rank" else "rank"
     return {
@@ -47,6 +47,8 @@ def settings() -> dict[str, ScoringConfig]:
         "sequence_window=0 (no implicit episodes)": replace(base, sequence_window=0.0),
         "w_ctx=0": replace(base, w_ctx=0.0),
         "w_entity=0 (no entity, no name focus)": replace(base, w_entity=0.0),
+        "bm25_prev=0 (no document expansion)": replace(base, bm25_prev=0.0),
+        "w_dated=0 (no when-question lift)": replace(base, w_dated=0.0),
     }
 
 

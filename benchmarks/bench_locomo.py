@@ -96,6 +96,8 @@ ENGRAM_SYSTEMS = (
     "engramdb-entities",
     "engramdb-rel",
     "engramdb-no-when",
+    "engramdb-no-dated",
+    "engramdb-no-expansion",
     "engramdb-no-entity",
     "engramdb-no-ctx",
     "engramdb-no-rec",
@@ -131,6 +133,8 @@ LABELS = {
     "engramdb-entities": "engramdb, richer inputs without the links (speaker entities only)",
     "engramdb-rel": "engramdb ablation: rel only",
     "engramdb-no-when": "engramdb ablation: without when",
+    "engramdb-no-dated": "engramdb ablation: without the when-question lift (w_dated = 0)",
+    "engramdb-no-expansion": "engramdb ablation: without document expansion (bm25_prev = 0)",
     "engramdb-no-entity": "engramdb ablation: without the entity lift (w_entity = 0)",
     "engramdb-no-ctx": "engramdb ablation: without temporal context",
     "engramdb-no-rec": "engramdb ablation: without recency",
@@ -518,7 +522,7 @@ class Variant:
 
 def engram_variants(base: ScoringConfig) -> dict[str, Variant]:
     """system -> how it runs; every ablation changes one thing of the default."""
-    no_lifts = replace(base, w_when=0.0, w_entity=0.0, w_ctx=0.0)
+    no_lifts = replace(base, w_when=0.0, w_entity=0.0, w_ctx=0.0, w_dated=0.0)
     return {
         "engramdb": Variant("plain", base),
         "engramdb-explain": Variant("plain", base, api="explain"),
@@ -527,6 +531,8 @@ def engram_variants(base: ScoringConfig) -> dict[str, Variant]:
         "engramdb-entities": Variant("entities", base, api="explain"),
         "engramdb-rel": Variant("plain", replace(no_lifts, w_rec=0.0, w_imp=0.0), hops=0),
         "engramdb-no-when": Variant("plain", replace(base, w_when=0.0)),
+        "engramdb-no-dated": Variant("plain", replace(base, w_dated=0.0)),
+        "engramdb-no-expansion": Variant("plain", replace(base, bm25_prev=0.0)),
         "engramdb-no-entity": Variant("plain", replace(base, w_entity=0.0)),
         "engramdb-no-ctx": Variant("plain", replace(base, w_ctx=0.0)),
         "engramdb-no-rec": Variant("plain", replace(base, w_rec=0.0)),

@@ -15,10 +15,11 @@ each candidate setting, so a coordinate search over a grid costs seconds, not an
 point. The replay is checked against the engine: the rankings it predicts are compared with real runs.
 
 Fitted: λ (cos vs cue), μ (share of BM25 in rel), whether cosines are min-max scaled, the fusion
-(min-max or reciprocal rank, and its k₀), d (decay), w_when, w_entity, w_ctx, γ, the per-hop decay
-and how spread contributions combine (those three and hops with richer inputs only) — except what
-``--hold`` keeps (HOLD_REASONS says why: w_imp, the candidates, w_rec = 0.1, the name-focus switch
-and ctx_tau, a prior). The objective, over the questions of categories 1-4 of the train split, is the
+(min-max or reciprocal rank, and its k₀), d (decay), w_when, w_entity, w_ctx, w_dated, γ, the per-hop
+decay and how spread contributions combine (those three and hops with richer inputs only) — except
+what ``--hold`` keeps (HOLD_REASONS says why: w_imp, the candidates, w_rec = 0.1, the name-focus
+switch and ctx_tau, a prior; BM25's k1, b and document expansion, which decide the lexical
+candidates the replay takes from the engine: benchmarks/sweep_locomo.py fits those with real runs). The objective, over the questions of categories 1-4 of the train split, is the
 mean of recall@1, @5, @10, @20 and session recall@5 (``--objective r@10`` fits that alone) — no
 floors and no condition that engramdb beat anyone. Validation then chooses among spec 001's
 constants, the current defaults and the train fit by the same objective.
@@ -57,10 +58,20 @@ from engramdb import DynamicMemoryEngine
 from engramdb.memories.scoring import ScoringConfig, rank_scores, temporal_context
 from engramdb.memories.scoring import top_weight as top_weight_of
 from engramdb.memories.text import speaker_of
-from engramdb.retrieval.keywords import cue_terms, entity_token, keywords, query_entity_tokens, query_names, stem
+from engramdb.retrieval.keywords import (
+    TIME_WORDS,
+    asks_when,
+    cue_terms,
+    entity_token,
+    keywords,
+    query_entity_tokens,
+    query_names,
+    stem,
+)
 from engramdb.retrieval.when import windows_in
 from engramdb.testing import FixedClock
 
+TIME_SET = frozenset(TIME_WORDS)
 OUT: Path | None = None  # provenance.OUT / "tuning.json" unless --out
 #: spec 001's constants (nooa-memory's), the starting point of this work
 SPEC_DEFAULTS = ScoringConfig(
@@ -74,6 +85,8 @@ SPEC_DEFAULTS = ScoringConfig(
     w_when=0.0,  # spec 001 reads no dates from the query
     w_entity=0.0,  # nor entities
     w_ctx=0.0,  # nor temporal context
+    w_dated=0.0,  # nor asks when
+    bm25_prev=0.0,  # nor expands a memory by the one before it
     hop_decay=0.6,
     gamma=0.5,
     candidates=50,
@@ -93,11 +106,15 @@ HOLD_REASONS = {
     "entity lift as the engine computed it)",
     "sequence_window": "a prior (one sitting, an hour, lays down an episode); LoCoMo's sessions are days apart, "
     "so any window from the turn spacing to a day acts the same here",
+    "bm25_prev": "the replay takes BM25 and the lexical channel's candidates from the engine, which holds the "
+    "expansion already: fitted by benchmarks/sweep_locomo.py (real runs on train; 0.25-0.3 tie, 0.2 and 0.4 lose)",
+    "bm25_k1": "as bm25_prev: the replay reads BM25 as the engine computed it; sweep_locomo.py keeps 1.2 on train",
+    "bm25_b": "as bm25_prev: sweep_locomo.py keeps 0.75 on train (0 ... 1 tried)",
     "ctx_tau": "a prior (turns of one sitting are minutes apart: τ = 15 min fades a lift over a sitting, "
     "not across sittings), not fitted, because LoCoMo's turn times are the harness's own invention "
     "(locomo.TURN_SPACING); bench_locomo.py --spacings shows what the spacing changes",
 }
-DEFAULT_HOLD = "w_imp,candidates,w_rec=0.1,name_focus,ctx_tau,sequence_window"
+DEFAULT_HOLD = "w_imp,candidates,w_rec=0.1,name_focus,ctx_tau,sequence_window,bm25_prev,bm25_k1,bm25_b"
 #: what the search maximises: the mean of these per-question metrics over categories 1-4
 OBJECTIVES = {"mean": ("r@1", "r@5", "r@10", "r@20", "session_r@5"), "r@10": ("r@10",)}
 GRID: dict[str, Sequence[Any]] = {
@@ -110,6 +127,7 @@ GRID: dict[str, Sequence[Any]] = {
     "w_when": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0],
     "w_entity": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0],
     "w_ctx": [0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5],
+    "w_dated": [0.0, 0.1, 0.25, 0.5, 0.75, 1.0],
     "ctx_tau": [60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 86400.0],
     "gamma": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0],
     "hop_decay": [0.2, 0.4, 0.6, 0.8, 1.0],
@@ -139,6 +157,8 @@ class Query:
     named: bool  # the question names a date at all (then w_when counts in the activation's scale)
     entity: np.ndarray  # 1 where the question names the turn's entity (its speaker)
     ts: np.ndarray  # when the turn was said (its memory's created_at), for the temporal context
+    dated: np.ndarray  # 1 where the question asks when and the turn holds a time expression
+    asks: bool  # the question asks when (then w_dated counts in the activation's scale)
 
 
 @dataclass
@@ -163,7 +183,13 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
         for q in conv.questions:
             hits = me.explain(q.question, k=1000, hops=0).hits
             feats = {
-                hay.position[h.memory_id]: (h.components.cos, h.components.cue, h.components.bm25, h.components.entity)
+                hay.position[h.memory_id]: (
+                    h.components.cos,
+                    h.components.cue,
+                    h.components.bm25,
+                    h.components.entity,
+                    h.components.dated,
+                )
                 for h in hits
             }
             lex = {hay.position[h.memory_id] for h in hits if h.source in ("lexical", "both")}
@@ -215,8 +241,11 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
         cos = np.maximum(docs[pos] @ qvec, 0.0).astype(np.float64)
         cue = np.array([len(qstems & terms[p]) / len(qstems) if qstems else 0.0 for p in pos.tolist()])
         bm25 = np.zeros(len(pos))
-        for p, (c, u, b, _e) in feats.items():  # the replay must see what the engine saw
+        asks = asks_when(q.question)
+        dated = np.array([1.0 if asks and terms[p] & TIME_SET else 0.0 for p in pos.tolist()], dtype=np.float64)
+        for p, (c, u, b, _e, d) in feats.items():  # the replay must see what the engine saw
             assert abs(cos[where[p]] - c) < 1e-4 and abs(cue[where[p]] - u) < 1e-9, q.question
+            assert cfg0.w_dated == 0 or dated[where[p]] == d, q.question
             if p in held:
                 assert entity[where[p]] == held[p][3], q.question
             cos[where[p]], bm25[where[p]] = c, b
@@ -227,7 +256,9 @@ def record(hay: Haystack, sizes: Sequence[int]) -> Recorded:
         prev = np.array([where.get(prev_all[p], -1) for p in pos.tolist()])
         nxt = np.array([where.get(next_all[p], -1) for p in pos.tolist()])
         ts = np.array([turns[p].ts for p in pos.tolist()])
-        out.append(Query(q, pos, cos, cue, bm25, masks, prev, nxt, age[pos], when, bool(windows), entity, ts))
+        out.append(
+            Query(q, pos, cos, cue, bm25, masks, prev, nxt, age[pos], when, bool(windows), entity, ts, dated, asks)
+        )
     return Recorded(conv, out)
 
 
@@ -275,10 +306,10 @@ def replay(q: Query, cfg: ScoringConfig, hops: int, k: int = K) -> list[int]:
         ctx = np.asarray(temporal_context(q.pos, q.ts, q.pos[cidx], q.ts[cidx], rel[cidx], cfg.ctx_tau))
     # every turn has importance 5: imp^ = 1
     base = cfg.w_rel * rel + cfg.w_rec * rec + cfg.w_imp * 1.0 + cfg.w_when * q.when
-    base += cfg.w_entity * q.entity + cfg.w_ctx * ctx
+    base += cfg.w_entity * q.entity + cfg.w_ctx * ctx + cfg.w_dated * q.dated
     seeds = cidx[np.lexsort((q.pos[cidx], -base[cidx]))][: max(k, 1)]
     spread = np.zeros(len(q.pos))
-    top_weight = top_weight_of(cfg, windows=q.named, entity=bool(q.entity[cand].any()))
+    top_weight = top_weight_of(cfg, windows=q.named, entity=bool(q.entity[cand].any()), dated=q.asks)
     act = np.zeros(len(q.pos))
     act[seeds] = base[seeds] / top_weight
     frontier = seeds[act[seeds] > 0]

@@ -111,7 +111,7 @@ def test_the_playground_finds_the_expected_top_hit(page: Page, server: Any, stor
     chart = page.tab.evaluate(
         "() => { const c = Chart.getChart('scores'); return [c.data.labels.length, c.data.datasets.map(d => d.label)] }"
     )
-    assert chart == [3, ["rel", "rec", "imp", "when", "entity", "ctx", "spread"]]
+    assert chart == [3, ["rel", "rec", "imp", "when", "entity", "ctx", "dated", "spread"]]
     assert page.errors == []
 
 

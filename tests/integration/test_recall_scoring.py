@@ -179,8 +179,10 @@ def _episode(make_engine: MakeEngine, clock: FixedClock, **cfg: float) -> tuple[
 
 
 def test_temporal_context_lifts_what_was_made_beside_a_strong_match(make_engine: MakeEngine, clock: FixedClock) -> None:
-    e, ids = _episode(make_engine, clock)
-    cfg = ScoringConfig()
+    # Without document expansion: "near" is written right after the match, so with it its BM25
+    # would also hold the match's (see test_document_expansion_credits_the_next_memory).
+    e, ids = _episode(make_engine, clock, bm25_prev=0.0)
+    cfg = ScoringConfig(bm25_prev=0.0)
     ex = e.agent("alice").explain("rotate deploy keys", k=3, hops=0)
     by = {h.memory_id: h for h in ex.hits}
     assert [h.memory_id for h in ex.hits] == [ids["match"], ids["near"], ids["later"]]
@@ -194,8 +196,41 @@ def test_temporal_context_lifts_what_was_made_beside_a_strong_match(make_engine:
     e.close()
 
 
-def test_w_ctx_zero_turns_temporal_context_off(make_engine: MakeEngine, clock: FixedClock) -> None:
+def test_document_expansion_credits_the_next_memory(make_engine: MakeEngine, clock: FixedClock) -> None:
+    # bm25_prev: the memory written right after a match, in the same sitting, holds that share of
+    # the match's BM25 (a reply is found by the words of the question it answers); one made days
+    # later, or one of the same instant (a batch: no order), holds none.
     e, ids = _episode(make_engine, clock, w_ctx=0.0)
+    a = e.agent("alice")
+    by = {h.memory_id: h.components for h in a.explain("rotate deploy keys", k=3, hops=0).hits}
+    assert by[ids["near"]].bm25 == pytest.approx(by[ids["later"]].bm25 + 0.3 * by[ids["match"]].bm25, rel=1e-5)
+    assert by[ids["near"]].bm25 > by[ids["later"]].bm25
+    e.close()
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0))
+    b = e.agent("bob")
+    b.remember_many([{"content": "rotate the deploy keys on monday"}, {"content": "nobody writes it down"}])
+    assert len(b.explain("rotate deploy keys", k=3, hops=0).hits) == 1  # the batch mate is not found
+    e.close()
+
+
+def test_a_when_question_lifts_the_memories_that_say_when(make_engine: MakeEngine, clock: FixedClock) -> None:
+    # w_dated: a query asking when lifts the candidates that hold a time expression (TIME_WORDS);
+    # both memories hold the query's words and are as long, so only that lift tells them apart
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0, bm25_prev=0.0))
+    a = e.agent("alice")
+    t0 = clock()
+    plain = a.remember("the ops team rotated the keys", created_at=t0, dedup=False).id
+    dated = a.remember("last friday we rotated the keys", created_at=t0 + 86_400, dedup=False).id
+    ex = a.explain("When were the keys rotated?", k=2, hops=0)
+    assert [h.memory_id for h in ex.hits] == [dated, plain]
+    assert [h.components.dated for h in ex.hits] == [1.0, 0.0]
+    assert ex.weights["w_dated"] == ScoringConfig().w_dated
+    assert all(h.components.dated == 0.0 for h in a.explain("Who rotated the keys?", k=2, hops=0).hits)
+    e.close()
+
+
+def test_w_ctx_zero_turns_temporal_context_off(make_engine: MakeEngine, clock: FixedClock) -> None:
+    e, ids = _episode(make_engine, clock, w_ctx=0.0, bm25_prev=0.0)  # no document expansion: see above
     hits = e.agent("alice").explain("rotate deploy keys", k=3, hops=0).hits
     assert all(h.components.ctx == 0.0 for h in hits)
     assert hits[0].memory_id == ids["match"]
@@ -206,7 +241,7 @@ def test_w_ctx_zero_turns_temporal_context_off(make_engine: MakeEngine, clock: F
 
 def test_one_batch_is_not_an_episode(make_engine: MakeEngine, clock: FixedClock) -> None:
     # remember_many without event times stamps every item with the same instant: no order, no context.
-    e = make_engine(memory_embedder=None)
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(bm25_prev=0.0))  # ctx alone, no expansion
     a = e.agent("alice")
     match, _ = a.remember_many([{"content": "rotate the deploy keys on monday"}, {"content": "the keys were slow"}])
     clock.advance(60)
@@ -314,8 +349,9 @@ def test_a_speaker_prefix_becomes_the_memorys_entity(make_engine: MakeEngine, cl
 
 def test_memories_written_in_a_row_spread_to_each_other(make_engine: MakeEngine, clock: FixedClock) -> None:
     # No links: the memory written right after a strong match, minutes later, is reached by
-    # spreading (ScoringConfig.sequence_window); one written a day later is not.
-    e = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0))
+    # spreading (ScoringConfig.sequence_window); one written a day later is not. Document
+    # expansion (bm25_prev) would make it a lexical candidate itself: off, to see spreading alone.
+    e = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0, bm25_prev=0.0))
     a = e.agent("alice")
     t0 = clock()
     match = a.remember("the deploy keys rotate every monday", created_at=t0).id
@@ -325,7 +361,8 @@ def test_memories_written_in_a_row_spread_to_each_other(make_engine: MakeEngine,
     assert [h.memory_id for h in ex.hits][:2] == [match, nxt]
     assert ex.hits[1].source == "spread" and ex.hits[1].components.spread > 0
     assert len(ex.hits) == 2  # the memory of the next day is no neighbour
-    off = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0, sequence_window=0.0)).agent("bob")
+    off = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0, sequence_window=0.0, bm25_prev=0.0))
+    off = off.agent("bob")
     off.remember("the deploy keys rotate every monday", created_at=t0)
     off.remember("yes, and nobody writes it down", created_at=t0 + 60)
     assert len(off.explain("when do the deploy keys rotate", k=3, hops=1).hits) == 1

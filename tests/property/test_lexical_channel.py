@@ -161,3 +161,48 @@ def test_changed_text_leaves_no_stale_postings(
     assert got == {kiwi[2], kiwi[3], later}
     assert {h.memory.id for h in a.search("mango", k=10)} == {kiwi[0]}
     eng.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    docs=st.lists(
+        st.tuples(sentence, st.sampled_from(AGENTS), st.booleans(), st.sampled_from([30.0, 30.0, 0.0, 5000.0])),
+        min_size=1,
+        max_size=14,
+    ),
+    query=sentence,
+    limit=st.integers(1, 6),
+)
+def test_document_expansion_matches_a_direct_computation(
+    docs: list[tuple[str, str, bool, float]], query: str, limit: int
+) -> None:
+    # bm25_prev: a key's BM25 plus 0.3 of the previous key's, when that one is visible and was made
+    # 0 < Δt ≤ window before it; the pruned search returns the same top as the direct computation
+    with tempfile.TemporaryDirectory() as d:
+        eng = DynamicMemoryEngine(Path(d) / "m.db", clock=FixedClock(1_000_000.0), memory_embedder=None)
+        try:
+            t = 1_000_000.0
+            for text, agent, shared, gap in docs:
+                t += gap
+                eng.agent(agent).remember(text, shared=shared, dedup=False, force=True, created_at=t)
+            db, lexical = eng.backend, eng.recaller.lexical
+            vis = Visibility("default", "ann", Confidentiality(0))
+            stems = [stem(w) for w in query.split()]
+            lexical.refresh(db)
+            plain = naive(db, stems, vis, 10**9)
+            shown = set(db.memories.visible_keys(vis))
+            created = {r[0]: r[15] for r in db.memories.index_rows(-1)}
+            want = dict(plain)
+            for n, s in plain.items():
+                m = n + 1
+                if m in shown and 0 < created[m] - created[n] <= 3600.0:
+                    want[m] = want.get(m, 0.0) + 0.3 * s
+            got = lexical.search(stems, limit, vis, prev_weight=0.3, window=3600.0)
+            assert len(got) == min(limit, len(want))
+            for n, score in got.items():
+                assert score == pytest.approx(want[n], rel=1e-4, abs=1e-5)
+            if got:
+                cut = min(got.values())
+                assert all(s <= cut + 1e-4 for n, s in want.items() if n not in got)
+        finally:
+            eng.close()

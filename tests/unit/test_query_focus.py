@@ -65,3 +65,14 @@ def test_speaker_of(content: str, speaker: str | None) -> None:
     from engramdb.memories.text import speaker_of
 
     assert speaker_of(content) == speaker
+
+
+def test_asks_when_reads_questions_about_a_time() -> None:
+    from engramdb.retrieval.keywords import TIME_WORDS, asks_when, stem
+
+    for q in ("When did Calvin have a car incident?", "How long has John been surfing?", "In what year did it open?"):
+        assert asks_when(q), q
+    for q in ("Which city was John in?", "What is Dave's main passion?", "Did they take long walks?"):
+        assert not asks_when(q), q
+    assert {stem("yesterday"), stem("weekend"), stem("friday")} <= set(TIME_WORDS)
+    assert stem("may") not in TIME_WORDS  # mostly the modal verb

@@ -37,6 +37,7 @@ SCORE_PARTS = (
     ("when", "w_when"),
     ("entity", "w_entity"),
     ("ctx", "w_ctx"),
+    ("dated", "w_dated"),
     ("spread", "gamma"),
 )
 

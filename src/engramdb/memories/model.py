@@ -131,6 +131,7 @@ class Components:
     when: float = 0.0  # 1 when the memory was created inside a time window the query names, else 0
     entity: float = 0.0  # 1 when the query names one of the memory's entities, else 0
     ctx: float = 0.0  # temporal context: the best candidate's rel, faded by how far apart in time they were made
+    dated: float = 0.0  # 1 when the query asks when and the memory holds a time expression, else 0
 
 
 @dataclass(frozen=True, slots=True)

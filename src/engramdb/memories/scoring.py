@@ -10,7 +10,9 @@
     ent(m,q)  = 1 if the query names one of m's entities, else 0 (with ``name_focus``, when no
                 candidate has one: 1 if m's text holds a name the query writes)
     ctx(m,q)  = max_j rel^(j)·exp(−|t_m − t_j| / τ) over the candidates j  temporal context
+    dated(m,q)= 1 if the query asks when and m's text holds a time expression, else 0
     S_base    = a_rel·rel^ + a_rec·rec^ + a_imp·imp^ + a_when·when + a_ent·ent + a_ctx·ctx
+                + a_dated·dated
     S         = S_base + γ·spread                                spreading over typed edges and
                                                                  implicit episodes (retrieval/sequence.py)
 
@@ -20,7 +22,7 @@ with it — the other turns of the conversation that matched, the steps of the t
 m's own rel counts (j = m), so a match that sits in a matching episode rises too.
 
 cos^ is min-max over the candidates (with ``cos_minmax``, else the raw cosine) and bm25~ is BM25
-over the best candidate's BM25, so that the channels are mixed on comparable scales: cosines of a
+(with ``bm25_prev`` of the preceding memory's added: document expansion) over the best candidate's, so that the channels are mixed on comparable scales: cosines of a
 static embedding bunch up in a narrow band (0.75-0.95 among one query's candidates on LoCoMo), so
 unscaled they barely move rel, and raw BM25 is unbounded. What a node receives from spreading in
 one hop is the sum of its contributions (ACT-R) or, with ``spread_combine="max"``, the largest.
@@ -101,6 +103,17 @@ class ScoringConfig:
     #: other are neighbours for spreading as if linked ``precedes`` (retrieval/sequence.py; 0 = off):
     #: one sitting, an hour, lays down an episode
     sequence_window: float = 3600.0
+    #: fit (kept 1.2, the usual value; 0.6 and 2.0 lost on train): BM25's k1 — terms are binary
+    #: (`LexicalChannel`), so it only sets how much the length normalisation counts
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75  # fit (kept 0.75, the usual value; 0 … 1 lost on train): BM25's length normalisation b
+    #: fit (0 → 0.3; 0.25 ties on train): document expansion — a memory's BM25 also holds this
+    #: share of the BM25 of the memory written just before it in the same sitting (adjacent key,
+    #: within ``sequence_window``): a reply is found by the words of the question it answers (0 = off)
+    bm25_prev: float = 0.3
+    #: fit (0 → 0.5): a_dated, lift of a memory holding a time expression ("last Friday", "two
+    #: weeks ago": `keywords.TIME_WORDS`) when the query asks when (`keywords.asks_when`; 0 = off)
+    w_dated: float = 0.5
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -119,8 +132,10 @@ class ScoringConfig:
             raise ConfigError(f"ScoringConfig.rank_k must be > 0, got {self.rank_k!r}")
         if not 0 < self.decay < 1:
             raise ConfigError(f"ScoringConfig.decay must be in (0, 1), got {self.decay!r}")
-        if self.w_when < 0 or self.w_entity < 0 or self.w_ctx < 0:
-            raise ConfigError("ScoringConfig: w_when, w_entity and w_ctx must be >= 0")
+        if self.w_when < 0 or self.w_entity < 0 or self.w_ctx < 0 or self.w_dated < 0:
+            raise ConfigError("ScoringConfig: w_when, w_entity, w_ctx and w_dated must be >= 0")
+        if self.bm25_k1 < 0 or not 0 <= self.bm25_b <= 1 or self.bm25_prev < 0:
+            raise ConfigError("ScoringConfig: bm25_k1 and bm25_prev must be >= 0 and bm25_b in [0, 1]")
         if not self.ctx_tau > 0:
             raise ConfigError(f"ScoringConfig.ctx_tau must be > 0 (seconds), got {self.ctx_tau!r}")
         if self.hops < 0 or self.fanout < 0 or self.ring_size < 1 or self.candidates < 1:
@@ -266,10 +281,17 @@ def minmax(values: Sequence[float]) -> list[float]:
 
 
 def base_score(
-    rel: float, rec: float, imp: float, cfg: ScoringConfig, when: float = 0.0, entity: float = 0.0, ctx: float = 0.0
+    rel: float,
+    rec: float,
+    imp: float,
+    cfg: ScoringConfig,
+    when: float = 0.0,
+    entity: float = 0.0,
+    ctx: float = 0.0,
+    dated: float = 0.0,
 ) -> float:
-    """a_rel·rel + a_rec·rec + a_imp·imp + a_when·when + a_ent·ent + a_ctx·ctx (inputs already
-    normalised; when and entity are 0 or 1, ctx is in [0, 1])."""
+    """a_rel·rel + a_rec·rec + a_imp·imp + a_when·when + a_ent·ent + a_ctx·ctx + a_dated·dated
+    (inputs already normalised; when, entity and dated are 0 or 1, ctx is in [0, 1])."""
     return (
         cfg.w_rel * rel
         + cfg.w_rec * rec
@@ -277,6 +299,7 @@ def base_score(
         + cfg.w_when * when
         + cfg.w_entity * entity
         + cfg.w_ctx * ctx
+        + cfg.w_dated * dated
     )
 
 
@@ -309,12 +332,12 @@ def temporal_context(
     return lift.max(axis=1).tolist()  # type: ignore[no-any-return]
 
 
-def top_weight(cfg: ScoringConfig, *, windows: bool, entity: bool) -> float:
+def top_weight(cfg: ScoringConfig, *, windows: bool, entity: bool, dated: bool = False) -> float:
     """The highest base score a query allows — a_rel + a_rec + a_imp, a_ctx, a_when when it names
-    a date, a_ent when it names an entity of some candidate — so that base / top_weight is a
-    spreading activation in [0, 1]."""
+    a date, a_ent when it names an entity of some candidate, a_dated when it asks when — so that
+    base / top_weight is a spreading activation in [0, 1]."""
     total = cfg.w_rel + cfg.w_rec + cfg.w_imp + cfg.w_ctx
-    total += (cfg.w_when if windows else 0.0) + (cfg.w_entity if entity else 0.0)
+    total += (cfg.w_when if windows else 0.0) + (cfg.w_entity if entity else 0.0) + (cfg.w_dated if dated else 0.0)
     return total or 1.0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -245,3 +246,28 @@ def query_names(query: str) -> list[str]:
                     continue
                 out.setdefault(stem(w), None)
     return list(out)
+
+
+#: Words that date what a memory says relative to when it was said ("last Friday", "two weeks
+#: ago", "next month"), as stems: a prior, English's common time expressions (not a fit). "may" is
+#: left out: mostly the modal verb.
+TIME_WORDS = tuple(
+    dict.fromkeys(
+        stem(w)
+        for w in (
+            "yesterday today tonight tomorrow ago last next recently week weekend month year monday tuesday "
+            "wednesday thursday friday saturday sunday january february march april june july august "
+            "september october november december"
+        ).split()
+    )
+)
+_WHEN_PAIRS = frozenset(
+    [("how", "long"), *((a, b) for a in ("what", "which") for b in ("year", "month", "day", "date", "week"))]
+)
+
+
+def asks_when(query: str) -> bool:
+    """Whether `query` asks for a time: it has the word "when", or "how long", or "what / which"
+    followed by year, month, day, date or week ("When did Calvin…", "In what year…")."""
+    ws = words(query)
+    return "when" in ws or any(pair in _WHEN_PAIRS for pair in itertools.pairwise(ws))

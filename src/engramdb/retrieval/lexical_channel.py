@@ -660,10 +660,25 @@ class LexicalChannel:
             return set(ks[named].tolist())
 
     def search(
-        self, stems: Iterable[str], limit: int, vis: Visibility, *, types: frozenset[str] | None = None
+        self,
+        stems: Iterable[str],
+        limit: int,
+        vis: Visibility,
+        *,
+        types: frozenset[str] | None = None,
+        k1: float = K1,
+        b: float = B,
+        prev_weight: float = 0.0,
+        window: float = 0.0,
     ) -> dict[int, float]:
-        """The `limit` visible memories (of `types`, when given) with the highest BM25 for the
-        query's stems, {key: score}, best first."""
+        """The `limit` visible memories (of `types`, when given) with the highest BM25 (`k1`,
+        `b`) for the query's stems, {key: score}, best first.
+
+        With `prev_weight` > 0 and a `window`, a memory's score also holds `prev_weight` × the BM25
+        of the memory written just before it (the adjacent key), when that one is visible too and
+        was made within `window` seconds before it (not at the same instant: an implicit episode,
+        retrieval/sequence.py): document expansion by the preceding turn, so the reply "They were
+        awestruck" is found by the words of the question it answers."""
         with self._lock:
             n = self._size
             terms = [self._vocab.get(s) for s in dict.fromkeys(stems)]
@@ -692,7 +707,7 @@ class LexicalChannel:
             all_keys = np.concatenate(keys)
             length = self._length[all_keys]
             weight = np.repeat(np.asarray(idfs, dtype=np.float32), [len(k) for k in keys])
-            weight *= (K1 + 1.0) / (1.0 + K1 * (1.0 - B + B * length / avglen))
+            weight *= (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * length / avglen))
             if len(keys) == 1:
                 cand, score = all_keys, weight
             elif len(all_keys) * 32 > n:
@@ -703,11 +718,68 @@ class LexicalChannel:
             else:
                 cand, inverse = np.unique(all_keys, return_inverse=True)
                 score = np.bincount(inverse, weights=weight, minlength=len(cand)).astype(np.float32)
+            if prev_weight > 0 and window > 0:
+                cand, score = self._with_preceding(cand, score, mask, prev_weight, window, limit)
             if len(cand) > limit:
                 top = np.argpartition(-score, limit - 1)[:limit]
                 cand, score = cand[top], score[top]
             order = np.lexsort((cand, -score))
             return dict(zip(cand[order].tolist(), score[order].tolist(), strict=True))
+
+    def _with_preceding(
+        self,
+        cand: npt.NDArray[np.int32],
+        score: npt.NDArray[np.float32],
+        mask: npt.NDArray[np.bool_],
+        weight: float,
+        window: float,
+        limit: int,
+    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+        """(cand, score) with each scored key's next key (visible, made 0 < Δt ≤ `window` after
+        it) credited `weight` × its score; `search`'s document expansion, exact for the `limit`
+        best. Only keys that can reach them are credited: with s_L the limit-th best score before
+        expansion (every key of the final top has at least that), a key outside `cand` needs a
+        predecessor scoring ≥ s_L / weight, and one inside it a score ≥ s_L − weight × s_max; any
+        other key stays below s_L and keeps its score. A merge by binary search into the keys in
+        order, no sort of the union: at 100k memories that was most of a search."""
+        if len(cand) > 1 and not bool(np.all(cand[1:] > cand[:-1])):  # one term's postings with a delta
+            order = np.argsort(cand, kind="stable")
+            cand, score = cand[order], score[order]
+        keys = cand.astype(np.int64)
+        src = keys
+        if len(keys) > limit:
+            s_l = float(np.partition(score, len(score) - limit)[len(score) - limit])
+            hot = score >= s_l - weight * float(score.max())  # keys of cand that a credit may lift into the top
+            lifts = score >= s_l / weight  # keys whose credit may lift a key outside cand into it
+            before = keys[hot] - 1
+            at = np.searchsorted(keys, before)
+            found = at < len(keys)
+            found[found] = keys[at[found]] == before[found]
+            pick = lifts.copy()
+            pick[at[found]] = True
+            src = keys[pick]
+            sc = score[pick]
+        else:
+            sc = score
+        nxt = src + 1
+        inside = nxt < self._size
+        gap = np.zeros(len(src))
+        gap[inside] = self._created[nxt[inside]] - self._created[src[inside]]
+        ok = inside & (gap > 0) & (gap <= window)
+        ok[ok] = mask[nxt[ok]]
+        if not ok.any():
+            return cand, score
+        tgt, add = nxt[ok], weight * sc[ok]
+        at = np.searchsorted(keys, tgt)
+        held = at < len(keys)
+        held[held] = keys[at[held]] == tgt[held]
+        total = score.copy()
+        total[at[held]] += add[held]  # each key follows one key: no index repeats
+        fresh = ~held
+        return (
+            np.concatenate([cand, tgt[fresh].astype(np.int32)]),
+            np.concatenate([total, add[fresh].astype(np.float32)]),
+        )
 
 
 def _indexed(terms: str, entities: str | None) -> str:

@@ -39,7 +39,7 @@ from engramdb.memories.model import (
     check_text,
 )
 from engramdb.observability import otel
-from engramdb.retrieval.keywords import keywords, query_entity_tokens, query_names, stem
+from engramdb.retrieval.keywords import TIME_WORDS, asks_when, keywords, query_entity_tokens, query_names, stem
 from engramdb.retrieval.lexical_channel import FieldColumns
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
 from engramdb.retrieval.sequence import sequence_neighbours
@@ -66,6 +66,7 @@ class _Cand:
     when: float
     entity: float
     ctx: float
+    dated: float
     lexical: bool
     vector: bool
     spread: float
@@ -89,7 +90,17 @@ class _Cand:
 
     def components(self) -> Components:
         return Components(
-            self.rel, self.rec, self.imp, self.spread, self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx
+            self.rel,
+            self.rec,
+            self.imp,
+            self.spread,
+            self.cos,
+            self.cue,
+            self.bm25,
+            self.when,
+            self.entity,
+            self.ctx,
+            self.dated,
         )
 
 
@@ -106,6 +117,7 @@ class _Pool:
         "created",
         "ctx",
         "cue",
+        "dated",
         "entity",
         "imp",
         "importance",
@@ -139,7 +151,7 @@ class _Pool:
         self.importance, self.cue, self.created = f.importance, f.cue, f.created
         self.entity, self.coverage = f.entity.copy(), f.coverage
         zeros = np.zeros(len(self.keys), dtype=np.float64)
-        self.bm25 = self.cos = self.when = self.raw_rec = self.relevance = zeros
+        self.bm25 = self.cos = self.when = self.dated = self.raw_rec = self.relevance = zeros
         self.rel = self.rec = self.imp = self.ctx = self.base = self.spread = self.score = zeros
         self.lexical = self.vector = np.zeros(len(self.keys), dtype=np.bool_)
 
@@ -155,7 +167,7 @@ class _Pool:
     def cands(self, rows: npt.NDArray[np.intp]) -> list[_Cand]:
         """The candidates at `rows` (positions in these columns), as `_Cand`s: one gather per column."""
         cols = (
-            self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx, self.lexical, self.vector, self.spread,
+            self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx, self.dated, self.lexical, self.vector, self.spread,
             self.rel, self.rec, self.imp, self.score, self.relevance,
         )  # fmt: skip
         keys = self.keys
@@ -303,7 +315,10 @@ class Recaller:
         qstems = list(dict.fromkeys(stem(w) for w in kws))
         qents = query_entity_tokens(query) if cfg.w_entity else []
         self.lexical.refresh(store)
-        lexical = self.lexical.search(qstems, cfg.candidates, vis, types=type_names)
+        lexical = self.lexical.search(
+            qstems, cfg.candidates, vis, types=type_names, k1=cfg.bm25_k1, b=cfg.bm25_b,
+            prev_weight=cfg.bm25_prev, window=cfg.sequence_window,
+        )  # fmt: skip
         vector: dict[int, float] = {}
         qvec = None
         if self.channel is not None and self.embedder is not None:
@@ -321,6 +336,9 @@ class Recaller:
         cands.bm25 = np.fromiter((lexical.get(n, 0.0) for n in cands.keys), dtype=np.float64, count=len(cands))
         cands.lexical = np.fromiter((n in lexical for n in cands.keys), dtype=np.bool_, count=len(cands))
         cands.vector = np.fromiter((n in vector for n in cands.keys), dtype=np.bool_, count=len(cands))
+        dated = bool(cfg.w_dated) and asks_when(query)
+        if dated:  # a question asking when: the memories that say when (keywords.TIME_WORDS) rise
+            self._dated(cands)
         self._features(cands, qvec, vector, now, windows)
         bounds = self._normalise(cands)
         # The candidates, by their rel, are the anchors of the temporal context (themselves included).
@@ -328,7 +346,7 @@ class Recaller:
         self._weigh(cands, anchors)
         # Spread from the best seeds; activation is the base score scaled to [0, 1] by the highest
         # base this query allows.
-        top_weight = scoring.top_weight(cfg, windows=bool(windows), entity=bool(cands.entity.any()))
+        top_weight = scoring.top_weight(cfg, windows=bool(windows), entity=bool(cands.entity.any()), dated=dated)
         seeds = np.lexsort((cands.n, -cands.base))[: max(k, 1)].tolist()
         spread = scoring.spread(
             {cands.keys[i]: float(cands.base[i]) / top_weight for i in seeds},
@@ -339,6 +357,8 @@ class Recaller:
         newcomers = [n for n in spread if n not in known]
         if newcomers:
             fresh = self._candidates(newcomers, vis, type_names, qstems, qents)
+            if dated:
+                self._dated(fresh)
             self._features(fresh, qvec, {}, now, windows)
             self._normalise(fresh, bounds)
             self._weigh(fresh, anchors)
@@ -452,9 +472,14 @@ class Recaller:
             cands.ctx = np.asarray(ctx, dtype=np.float64)
         # base_score is arithmetic only: over the arrays, element by element
         cands.base = np.asarray(
-            scoring.base_score(cands.rel, cands.rec, cands.imp, cfg, cands.when, cands.entity, cands.ctx),  # type: ignore[arg-type]
+            scoring.base_score(cands.rel, cands.rec, cands.imp, cfg, cands.when, cands.entity, cands.ctx, cands.dated),  # type: ignore[arg-type]
             dtype=np.float64,
         )
+
+    def _dated(self, cands: _Pool) -> None:
+        """`dated` = 1 for the candidates whose text holds a time expression (`keywords.TIME_WORDS`)."""
+        held = self.lexical.holding(cands.keys, TIME_WORDS)
+        cands.dated = np.fromiter((n in held for n in cands.keys), dtype=np.float64, count=len(cands))
 
     def _log(
         self,
@@ -567,6 +592,7 @@ def _explained_json(e: Explained) -> dict[str, Any]:
             "when": c.when,
             "entity": c.entity,
             "ctx": c.ctx,
+            "dated": c.dated,
         },
         "source": e.source,
         "selected": e.selected,
@@ -600,6 +626,10 @@ def _weights(cfg: scoring.ScoringConfig) -> dict[str, float]:
         "w_entity": cfg.w_entity,
         "name_focus": float(cfg.name_focus),
         "w_ctx": cfg.w_ctx,
+        "w_dated": cfg.w_dated,
+        "bm25_k1": cfg.bm25_k1,
+        "bm25_b": cfg.bm25_b,
+        "bm25_prev": cfg.bm25_prev,
         "ctx_tau": cfg.ctx_tau,
         "gamma": cfg.gamma,
         "hop_decay": cfg.hop_decay,

@@ -91,8 +91,12 @@ class EngineWorker:
 
         src = Path(self.cfg["db"])
         t = time.perf_counter()
-        for f in src.parent.glob(src.name + "*"):  # the database and its vector side file, if prepared
-            shutil.copyfile(f, self.tmp / f.name.replace(src.name, "engram.db", 1))
+        for f in src.parent.glob(src.name + "*"):  # the database and its side files' folder, if prepared
+            to = self.tmp / f.name.replace(src.name, "engram.db", 1)
+            if f.is_dir():
+                shutil.copytree(f, to)
+            else:
+                shutil.copyfile(f, to)
         copy_s = time.perf_counter() - t
         self.engine = DynamicMemoryEngine(self.tmp / "engram.db")
         self.me = self.engine.agent(AGENT)

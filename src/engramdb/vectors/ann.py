@@ -254,7 +254,9 @@ class AnnIndex(ExactIndex):
             self._to_compact()
 
         if self._ivf is not None and not self._due():
-            with self._threads(len(rows)):
+            # One thread whatever the batch (as `nearest`): adding 1,000 vectors took 52 ms on
+            # one thread and 74-146 ms on two on a busy 2-core machine.
+            with self._threads(0):
                 if replaced:
                     self._ivf.remove_ids(self._faiss.IDSelectorArray(np.asarray(replaced, dtype=np.int64)))
                 self._ivf.add_with_ids(np.ascontiguousarray(batch, dtype=np.float32), rows)

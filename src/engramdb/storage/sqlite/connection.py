@@ -64,8 +64,10 @@ class SqliteSettings:
     max_result_bytes: int = 64 * 1024 * 1024
     #: seconds a background thread lets commits gather before copying the write-ahead log into
     #: the database (a PASSIVE checkpoint, off the writers' path; 0 turns the thread off and
-    #: leaves checkpoints to the committing writer at SQLite's default 1,000 pages)
-    checkpoint_interval: float = 0.25
+    #: leaves checkpoints to the committing writer at SQLite's default 1,000 pages). At 1M
+    #: memories, 1,000 single writes: p50 1.16 ms at 1 s, 1.52 ms at 0.25 s (the checkpoints
+    #: compete with the writer for the 2 cores), 1.16 ms but 0.96 s in 1% of calls at 0.
+    checkpoint_interval: float = 1.0
     #: log pages at which a committing writer checkpoints itself all the same (SQLite's
     #: ``wal_autocheckpoint``): the bound on the log when the background thread falls behind
     checkpoint_bound_pages: int = 16384

@@ -473,3 +473,26 @@ def test_ann_without_faiss_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
         ann.AnnIndex(DIM)
     assert info.value.extra == "ann" and "engramdb[ann]" in str(info.value)
     assert not ann.faiss_available()
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_add_reuses_the_lists_nearest_found() -> None:
+    """A vector `nearest` was asked about goes into the list that search found for it (no second
+    coarse search): the IVF ends up as one filled by plain adds, list by list."""
+    from engramdb.vectors.ann import _PENDING_ROWS, AnnIndex
+
+    vecs = clustered(300 + 2 * _PENDING_ROWS)
+    keys = np.arange(len(vecs), dtype=np.int64)
+    plain, asked = (AnnIndex(DIM, train_at=300, rebuild_growth=0) for _ in range(2))
+    for index in (plain, asked):
+        index.upsert(keys[:300], vecs[:300])
+    asked.nearest(vecs[300 : 300 + _PENDING_ROWS], 4, exact=False)  # as dedup does before a write
+    assert len(asked._lists) == _PENDING_ROWS
+    for index in (plain, asked):
+        index.upsert(keys[300:], vecs[300:])
+        index._flush()
+    assert not asked._lists  # used up
+    sizes = [[index._ivf.invlists.list_size(i) for i in range(index.nlist)] for index in (plain, asked)]
+    assert sizes[0] == sizes[1] and sum(sizes[0]) == len(vecs)
+    for row in range(300, len(vecs), 37):
+        assert asked.search(vecs[row], 3)[0].tolist() == plain.search(vecs[row], 3)[0].tolist()

@@ -176,9 +176,12 @@ class EngineWorker:
         lookup_s = time.perf_counter() - t
         exact = channel.best_matches(vecs, who.visibility(), filters)
         want = [b if b is not None and b[1] >= rt.dedup_threshold else None for b in exact]
-        same = sum((g is None) == (w is None) and (g is None or g[0] == w[0]) for g, w in zip(got, want, strict=True))
+        pairs = list(zip(got, want, strict=True))
+        same = sum((g is None) == (w is None) and (g is None or g[0] == w[0]) for g, w in pairs)
+        found = sum((g is None) == (w is None) for g, w in pairs)  # a match or none, as the exact scan
         return {"items": count, "with_match": sum(w is not None for w in want), "same": same,
-                "lookup_ms": round(lookup_s * 1000, 1), "approximate": channel.approximate}  # fmt: skip
+                "same_found": found, "lookup_ms": round(lookup_s * 1000, 1),
+                "approximate": channel.approximate}  # fmt: skip
 
     def finish(self, _msg: dict[str, Any]) -> dict[str, Any]:
         if self.engine is not None:
@@ -446,8 +449,9 @@ def table(report: dict[str, Any]) -> str:
             c = row[s].get("dedup_check") or {}
             if c:
                 lines.append(
-                    f"\nn={row['n']:,} {s}: dedup lookup as the exact filtered scan for {c['same']} of {c['items']} "
-                    f"items ({c['with_match']} with a match; IVF: {c['approximate']}; {c['lookup_ms']} ms)"
+                    f"\nn={row['n']:,} {s}: dedup lookup against the exact filtered scan on {c['items']} items "
+                    f"({c['with_match']} with a match): a match or none as it for {c['same_found']}, the same "
+                    f"memory for {c['same']} (IVF: {c['approximate']}; lookup {c['lookup_ms']} ms)"
                 )
     return "\n".join(lines)
 

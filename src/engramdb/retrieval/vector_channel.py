@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 _CLOSE_SAVE_SHARE = 0.1
 #: `best_matches` computes its similarities in blocks of rows of about this many bytes
 SIMS_BYTES = 64 << 20
+#: nearest memories `near_duplicates` takes per item before it filters them (see there); at 1M
+#: memories 16 left 4-5 of 851 items to a filtered search, 32 none or one
+NEAR_K = 32
 #: passing candidates re-scored exactly, and how far an approximate score may be below a cosine
 _RESCORE = 4
 _APPROX_MARGIN = 0.02
@@ -369,22 +372,32 @@ class VectorChannel:
         level — what dedup on write asks, for a whole batch at once.
 
         Without a trained IVF this is `best_matches` (every vector is scanned anyway). With one,
-        one unfiltered IVF range search for the whole batch (the index's ``within``, over a few
-        lists) gives each row every memory whose approximate score is within `_APPROX_MARGIN`
-        of `min_cos` (8-bit codes are within ~0.01 of the cosine). The first of them that passes
-        the row's filter is the answer (re-scored exactly, with the next few that pass, as the
-        approximate order can swap near-equal scores); when none passes, no visible memory of
-        the probed lists reaches `min_cos`: None. At 1M memories the batch costs one IVF search
-        instead of a visibility mask over every row and a filtered search per item (~10 ms each).
-        Nothing depends on how many memories the writer cannot see are near its text: a top-k
-        (the 32 nearest, before) could be filled by other agents' near-copies, and the filtered
-        search that then had to follow made the writer's call ~10 ms slower, telling it that such
-        copies exist.
+        one unfiltered IVF search for the whole batch (the index's ``nearest``, over a few lists)
+        gives each row its `NEAR_K` nearest memories by approximate score. The first of them that
+        passes the row's filter is the answer (re-scored exactly, with the next few that pass, as
+        the approximate order can swap near-equal scores), because any better memory that passes
+        would have ranked above it; when none passes but the last is below `min_cos`, nothing
+        beyond them can reach it: None. Only when all `NEAR_K` are near enough and none passes
+        can the answer lie beyond them, and that row gets a filtered search (`search`, visibility
+        inside it). So the filter never cuts a top-k short, and at 1M memories the batch costs one
+        IVF search instead of a visibility mask over every row and a filtered search per item
+        (~10 ms each).
+
+        That filtered search is a timing signal: it runs only when 32 memories near the text
+        fail the writer's filter, so a slower call tells the writer that many memories it cannot
+        see (other agents', other tenants' in one file) are near-copies of its text — not what
+        they say, whose they are, or how many beyond 32. Kept because the alternatives measured
+        at 1M memories cost 4-7 times the lookup (300 items of the benchmark's corpus: 42 ms with
+        the 32 nearest; 170-270 ms for every candidate above the threshold, ~1,100 per item, in
+        the same lists; ~315 ms scanning those lists exactly with the filter inside), and
+        dropping the follow-up search would let invisible memories cut the top-k short. Tenants
+        that must not share even that keep separate files (`engramdb.TenantFiles`).
         """
         q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)
         with self._lock:
             n = len(self.index)
-            if n == 0 or not len(q) or not self.approximate:
+            nearest = getattr(self.index, "nearest", None)
+            if n == 0 or not len(q) or nearest is None or not self.approximate:
                 # No IVF (yet), or an exact index: exact scans with the filter inside. A few items
                 # one filtered search each (it scores only the allowed rows), a batch one masked
                 # matrix product per block of rows (`best_matches`).
@@ -396,40 +409,40 @@ class VectorChannel:
                 else:
                     found = self.best_matches(q, vis, list(filters))
                 return [b if b is not None and b[1] >= min_cos else None for b in found]
-            # Every candidate near enough by its approximate score, in the lists near each item
-            # (re-scored below for the few that matter); the filter applies to all of them.
-            index = self.index
-            assert isinstance(index, AnnIndex)  # `approximate`
-            lims, rows, _ = index.within(q, min_cos - _APPROX_MARGIN)
-            which = np.repeat(np.arange(len(q)), np.diff(lims))
+            # Approximate scores for the candidates (re-scored below for the few that matter).
+            rows, approx = nearest(q, NEAR_K, exact=False)
+            held = rows >= 0
+            at = np.where(held, rows, 0)
             cols = self.cols
-            ok = cols.mask_at(vis, rows)
-            want_type = np.array([cols.types.find(t) for t, _, _ in filters], dtype=np.int64)
-            want_owner = np.array([cols.codes.find(o) for _, o, _ in filters], dtype=np.int64)
-            want_level = np.array([lv for _, _, lv in filters], dtype=np.int64)
-            ok &= (cols.type[rows] == want_type[which]) & (cols.owner[rows] == want_owner[which])
-            ok &= cols.level[rows] >= want_level[which]
+            ok = held.copy()
+            ok[held] = cols.mask_at(vis, rows[held])
+            want_type = np.array([[cols.types.find(t)] for t, _, _ in filters], dtype=np.int64)
+            want_owner = np.array([[cols.codes.find(o)] for _, o, _ in filters], dtype=np.int64)
+            want_level = np.array([[lv] for _, _, lv in filters], dtype=np.int64)
+            ok &= (cols.type[at] == want_type) & (cols.owner[at] == want_owner) & (cols.level[at] >= want_level)
             # Only the few rows re-scored are read (a compact index would dequantise the whole
             # matrix for `vectors_matrix`: 1.5 GB at 1M memories).
             keys, at_rows = self.index.keys(), getattr(self.index, "vectors_at", None)
             matrix = None if at_rows is not None else self.index.vectors_matrix()
             out: list[tuple[int, float] | None] = []
-            for i in range(len(q)):
-                seg = slice(int(lims[i]), int(lims[i + 1]))
-                passing = rows[seg][ok[seg]]
-                if not len(passing):
-                    # Nothing visible of its kind passed: any memory at cosine >= min_cos in the
-                    # probed lists would have (its approximate score is within the margin).
-                    out.append(None)
-                    continue
-                # The approximate order can swap near-equal scores: the best of the first few
-                # passing candidates by exact cosine (ties: the lower row).
-                top = passing[:_RESCORE]
-                cand = at_rows(top) if at_rows is not None else matrix[top]  # type: ignore[index]
-                exact = np.einsum("kd,d->k", cand, q[i])
-                j = int(np.lexsort((top, -exact))[0])
-                cos = float(exact[j])
-                out.append((int(keys[top[j]]), cos) if cos >= min_cos else None)
+            for i, f in enumerate(filters):
+                passing = np.flatnonzero(ok[i])
+                if len(passing):
+                    # The approximate order can swap near-equal scores: the best of the first few
+                    # passing candidates by exact cosine (ties: the lower row).
+                    top = rows[i, passing[:_RESCORE]]
+                    cand = at_rows(top) if at_rows is not None else matrix[top]  # type: ignore[index]
+                    exact = np.einsum("kd,d->k", cand, q[i])
+                    j = int(np.lexsort((top, -exact))[0])
+                    cos = float(exact[j])
+                    out.append((int(keys[top[j]]), cos) if cos >= min_cos else None)
+                elif float(approx[i, -1]) < min_cos - _APPROX_MARGIN:
+                    out.append(None)  # all k were more similar than anything beyond, and none passed
+                else:
+                    mtype, owner, level = f
+                    hit = self.search(q[i], 1, vis, types=frozenset({mtype}), owner=owner, min_level=level)
+                    best = next(iter(hit.items()), None)
+                    out.append(best if best is not None and best[1] >= min_cos else None)
             return out
 
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:

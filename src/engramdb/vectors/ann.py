@@ -376,50 +376,6 @@ class AnnIndex(ExactIndex):
             best = np.pad(best, ((0, 0), (0, pad)), constant_values=-np.inf)
         return rows, best
 
-    def within(
-        self, queries: npt.NDArray[np.float32], radius: float, *, nprobe: int | None = None
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-        """Every row whose approximate score with a query passes `radius`, in the ``nprobe``
-        lists nearest to it (`NEAREST_NPROBE` by default) and among the pending rows (exact
-        scores): ``(lims, rows, scores)``, query ``i``'s rows being ``rows[lims[i]:lims[i+1]]``,
-        best first (ties by row). Unlike a top-k, nothing near is left out however many rows are
-        near, so a caller that filters them afterwards never needs a second search: dedup
-        (`engramdb.retrieval.vector_channel.VectorChannel.near_duplicates`) takes as long with
-        other readers' near-copies of a text as without. Needs a trained IVF (`trained`)."""
-        q = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self._dim)
-        if self._ivf is None:
-            raise ValueError("within needs a trained IVF (the index is below train_at)")
-        faiss = self._faiss
-        params = faiss.SearchParametersIVF()
-        params.nprobe = min(self._nlist, NEAREST_NPROBE if nprobe is None else max(1, nprobe))
-        result = faiss.RangeSearchResult(len(q))
-        ptr = faiss.swig_ptr
-        with self._threads(0):  # one thread even for a large batch: see `_threads`
-            coarse_scores, coarse = self._ivf.quantizer.search(q, params.nprobe)
-            self._ivf.range_search_preassigned_c(
-                len(q), ptr(q), float(radius), ptr(coarse), ptr(coarse_scores), result, False, params
-            )
-        if len(self._lists) + len(q) > _LISTS_KEPT:
-            self._lists.clear()
-        self._lists.update(zip((v.tobytes() for v in q), coarse[:, 0].tolist(), strict=True))
-        lims = faiss.rev_swig_ptr(result.lims, len(q) + 1).astype(np.int64)
-        found = int(lims[-1])
-        rows = faiss.rev_swig_ptr(result.labels, found).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
-        scores = faiss.rev_swig_ptr(result.distances, found).astype(np.float32) if found else np.zeros(0, np.float32)
-        which = np.repeat(np.arange(len(q)), np.diff(lims))
-        if self._pending:
-            extra = self._pending_rows()
-            vecs = self._get(extra)
-            exact = np.einsum("qd,pd->qp", q, vecs) if len(q) <= 4 else q @ vecs.T
-            qi, pj = np.nonzero(exact > radius)
-            which = np.concatenate([which, qi])
-            rows = np.concatenate([rows, extra[pj]])
-            scores = np.concatenate([scores, exact[qi, pj].astype(np.float32)])
-        order = np.lexsort((rows, -scores, which))  # by query, then best first, ties by row
-        counts = np.bincount(which, minlength=len(q))
-        lims = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return lims, rows[order], scores[order]
-
     @contextlib.contextmanager
     def _threads(self, work: int) -> Iterator[None]:
         """faiss on the calling thread only for a small call (see `_SMALL_CALL`); OpenMP's thread

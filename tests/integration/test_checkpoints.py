@@ -45,6 +45,7 @@ def test_the_background_thread_copies_the_log_into_the_database(tmp_path: Path) 
         raw = store.connection("engine").raw
         # The writers' own checkpoints wait for the bound (SQLite's default was 1,000 pages).
         assert raw.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 16384
+        assert raw.execute("PRAGMA journal_size_limit").fetchone()[0] == 16384 * 256  # after a restart
         checkpointer = store.checkpointer
         assert checkpointer is not None
         deadline = time.monotonic() + 20

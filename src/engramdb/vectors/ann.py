@@ -95,8 +95,9 @@ _SMALL_CALL = 64
 #: 0.4-0.8 ms at 1M memories (the 6 MB of centroids are out of the CPU caches between two
 #: `remember` calls), about a third of a single `remember`.
 _PENDING_ROWS = 256
-#: vectors whose IVF list `nearest` found, kept for their add (see `AnnIndex._flush`)
-_LISTS_KEPT = 8192
+#: vectors whose IVF list `nearest` found, kept for their add (see `AnnIndex._flush`): a batch
+#: of 1,000 and the pending rows; ~1.6 KB each (the vector's bytes are the key)
+_LISTS_KEPT = 2048
 
 #: rows per block when scoring or dequantising a compact matrix (~25 MB of float32 at 384-d)
 _BLOCK = 1 << 14

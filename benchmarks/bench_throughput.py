@@ -91,8 +91,12 @@ class EngineWorker:
 
         src = Path(self.cfg["db"])
         t = time.perf_counter()
-        for f in src.parent.glob(src.name + "*"):  # the database and its vector side file, if prepared
-            shutil.copyfile(f, self.tmp / f.name.replace(src.name, "engram.db", 1))
+        for f in src.parent.glob(src.name + "*"):  # the database and its side files' folder, if prepared
+            to = self.tmp / f.name.replace(src.name, "engram.db", 1)
+            if f.is_dir():
+                shutil.copytree(f, to)
+            else:
+                shutil.copyfile(f, to)
         copy_s = time.perf_counter() - t
         self.engine = DynamicMemoryEngine(self.tmp / "engram.db")
         self.me = self.engine.agent(AGENT)
@@ -137,7 +141,9 @@ class EngineWorker:
             rates.append(len(chunk) / (time.perf_counter() - t))
             cpu_rates.append(len(chunk) / max(time.process_time() - c, 1e-9))
             stored += len({m.id for m in got if m.access_count == 1})  # new ones, not the reinforced
+        check = self.dedup_check(cfg.get("check", 0))
         return {
+            "dedup_check": check,
             "first_two_remember_s": round(first_s, 3),
             "single_per_s": round(len(lat) / sum(lat), 1),
             "single_p50_ms": p50_ms(lat),
@@ -148,6 +154,34 @@ class EngineWorker:
             "batch_per_cpu_s": round(statistics.median(cpu_rates), 1),
             "batch_new": stored,
         }
+
+    def dedup_check(self, count: int) -> dict[str, Any]:
+        """Dedup's batched lookup against the exact filtered scan on `count` more corpus items
+        (seed + 2, not written): the same memory (or none) for each? Engine internals, on
+        purpose: this checks the shortcut, not the API."""
+        if count <= 0:
+            return {}
+        from engramdb.memories import writing
+
+        rt, who = self.engine._runtime, self.me._principal
+        channel = rt.vectors
+        specs = corpus.generate(count, seed=self.cfg["seed"] + 2, tenants=1, agents=CORPUS_AGENTS)
+        prepared = [writing._prepare(who, fields(s), rt.clock(), rt.limits) for s in specs]
+        texts = [p["content"] if not p["title"] else f"{p['title']}. {p['content']}" for p in prepared]
+        vecs = rt.embedder.embed(texts)
+        filters = [(p["type"].value, p["owner"], int(p["level"])) for p in prepared]
+        channel.refresh(rt.store)
+        t = time.perf_counter()
+        got = channel.near_duplicates(vecs, who.visibility(), filters, rt.dedup_threshold)
+        lookup_s = time.perf_counter() - t
+        exact = channel.best_matches(vecs, who.visibility(), filters)
+        want = [b if b is not None and b[1] >= rt.dedup_threshold else None for b in exact]
+        pairs = list(zip(got, want, strict=True))
+        same = sum((g is None) == (w is None) and (g is None or g[0] == w[0]) for g, w in pairs)
+        found = sum((g is None) == (w is None) for g, w in pairs)  # a match or none, as the exact scan
+        return {"items": count, "with_match": sum(w is not None for w in want), "same": same,
+                "same_found": found, "lookup_ms": round(lookup_s * 1000, 1),
+                "approximate": channel.approximate}  # fmt: skip
 
     def finish(self, _msg: dict[str, Any]) -> dict[str, Any]:
         if self.engine is not None:
@@ -335,7 +369,7 @@ def run_size(n: int, args: argparse.Namespace, workdir: Path, systems: dict[str,
     if not recall:
         queries.write_text(json.dumps({"queries": []}), encoding="utf-8")
     cfg = {"db": str(db), "workdir": str(workdir), "queries": str(queries), "seed": 0, "single": args.single,
-           "batches": args.batches, "batch": args.batch}  # fmt: skip
+           "batches": args.batches, "batch": args.batch, "check": args.dedup_check}  # fmt: skip
     if recall:
         # The recall comparison needs every system alive at once (rounds interleave); at 10k that is small.
         engines = {name: Worker(python, "engine", cfg) for name, python in systems.items()}
@@ -410,6 +444,15 @@ def table(report: dict[str, Any]) -> str:
                 f"| {row['n']:,} | {s} | {e['single_per_s']:,.0f}, {e['single_p50_ms']:.2f} [{e['single_cpu_p50_ms']:.2f}] "
                 f"| {e['batch_per_s']:,.0f} [{e['batch_per_cpu_s']:,.0f}] | {' | '.join(cells)} |"
             )
+    for row in report["results"]:
+        for s in systems:
+            c = row[s].get("dedup_check") or {}
+            if c:
+                lines.append(
+                    f"\nn={row['n']:,} {s}: dedup lookup against the exact filtered scan on {c['items']} items "
+                    f"({c['with_match']} with a match): a match or none as it for {c['same_found']}, the same "
+                    f"memory for {c['same']} (IVF: {c['approximate']}; lookup {c['lookup_ms']} ms)"
+                )
     return "\n".join(lines)
 
 
@@ -420,6 +463,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--single", type=int, default=200, help="remember calls one at a time, per size")
     ap.add_argument("--batches", type=int, default=3, help="remember_many calls per size")
     ap.add_argument("--batch", type=int, default=1000, help="items per remember_many call")
+    ap.add_argument(
+        "--dedup-check",
+        type=int,
+        default=300,
+        help="items whose dedup lookup is checked against the exact scan (0: none)",
+    )
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cache-dir", type=Path, default=None, help="bench_scale.py's --cache-dir (read only)")

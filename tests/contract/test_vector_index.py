@@ -418,10 +418,50 @@ def test_ann_builds_at_train_at_and_rebuilds_on_growth() -> None:
     assert index.nlist > first_nlist
     # Replacing vectors after the build moves their IVF entries instead of adding second ones.
     index.upsert(keys[:50], clustered(50, seed=4))
-    assert index._ivf.ntotal == len(index) == 1200
+    # The replaced rows left the IVF and wait, pending, for the next batch add; searches score them.
+    assert index._ivf.ntotal + len(index._pending) == len(index) == 1200 and len(index._pending) == 50
     for row in range(0, 50, 7):
         got_keys, got_sims = index.search(clustered(50, seed=4)[row], 1)
         assert got_keys.tolist() == [row] and got_sims[0] == pytest.approx(1.0, abs=tol(index))
+        rows, _ = index.nearest(clustered(50, seed=4)[row][None, :], 1)
+        assert rows.tolist() == [[row]]
+    index.upsert(keys[:50], clustered(50, seed=4))  # again: still pending, not added twice
+    assert len(index._pending) == 50
+    index._flush()
+    assert index._ivf.ntotal == len(index) == 1200 and not index._pending
+    for row in range(0, 50, 7):
+        got_keys, _ = index.search(clustered(50, seed=4)[row], 1)
+        assert got_keys.tolist() == [row]
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_pending_vectors_are_found_and_flushed_in_one_add() -> None:
+    """Vectors added to a trained index wait, pending, until `_PENDING_ROWS` gather: every
+    search (filtered or not) and `nearest` scores them exactly meanwhile, and a saved index
+    holds them in its IVF."""
+    from engramdb.vectors.ann import _PENDING_ROWS, AnnIndex
+
+    vecs = clustered(600)
+    keys = np.arange(600, dtype=np.int64)
+    index = AnnIndex(DIM, train_at=300, rebuild_growth=0)
+    index.upsert(keys[:300], vecs[:300])
+    assert index.trained and not index._pending
+    for i in range(300, 300 + _PENDING_ROWS - 1):
+        index.upsert(keys[i : i + 1], vecs[i : i + 1])
+    assert len(index._pending) == _PENDING_ROWS - 1 and index._ivf.ntotal == 300
+    allowed = np.zeros(len(index), dtype=np.bool_)
+    allowed[300:] = True
+    for i in (300, 400, 300 + _PENDING_ROWS - 2):
+        assert index.search(vecs[i], 1)[0].tolist() == [i]
+        assert index.search(vecs[i], 1, allowed)[0].tolist() == [i]
+        assert index.nearest(vecs[i][None, :], 1, exact=False)[0].tolist() == [[i]]
+    arrays = index.to_arrays()  # a save puts every row in the IVF
+    assert index._ivf.ntotal == len(index) and not index._pending
+    again = AnnIndex.from_arrays(arrays)
+    assert again.search(vecs[400], 1)[0].tolist() == [400]
+    index.upsert(keys[556:], vecs[556:])
+    index.upsert(keys[300 + _PENDING_ROWS - 1 : 556], vecs[300 + _PENDING_ROWS - 1 : 556])
+    assert index._ivf.ntotal + len(index._pending) == len(index) == 600
 
 
 def test_ann_without_faiss_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -433,3 +473,26 @@ def test_ann_without_faiss_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
         ann.AnnIndex(DIM)
     assert info.value.extra == "ann" and "engramdb[ann]" in str(info.value)
     assert not ann.faiss_available()
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_add_reuses_the_lists_nearest_found() -> None:
+    """A vector `nearest` was asked about goes into the list that search found for it (no second
+    coarse search): the IVF ends up as one filled by plain adds, list by list."""
+    from engramdb.vectors.ann import _PENDING_ROWS, AnnIndex
+
+    vecs = clustered(300 + 2 * _PENDING_ROWS)
+    keys = np.arange(len(vecs), dtype=np.int64)
+    plain, asked = (AnnIndex(DIM, train_at=300, rebuild_growth=0) for _ in range(2))
+    for index in (plain, asked):
+        index.upsert(keys[:300], vecs[:300])
+    asked.nearest(vecs[300 : 300 + _PENDING_ROWS], 4, exact=False)  # as dedup does before a write
+    assert len(asked._lists) == _PENDING_ROWS
+    for index in (plain, asked):
+        index.upsert(keys[300:], vecs[300:])
+        index._flush()
+    assert not asked._lists  # used up
+    sizes = [[index._ivf.invlists.list_size(i) for i in range(index.nlist)] for index in (plain, asked)]
+    assert sizes[0] == sizes[1] and sum(sizes[0]) == len(vecs)
+    for row in range(300, len(vecs), 37):
+        assert asked.search(vecs[row], 3)[0].tolist() == plain.search(vecs[row], 3)[0].tolist()

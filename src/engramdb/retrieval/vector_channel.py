@@ -383,6 +383,16 @@ class VectorChannel:
         inside it). So the filter never cuts a top-k short, and at 1M memories the batch costs one
         IVF search instead of a visibility mask over every row and a filtered search per item
         (~10 ms each).
+
+        That filtered search is a timing signal: it runs only when 32 memories near the text
+        fail the writer's filter, so a slower call tells the writer that many memories it cannot
+        see (other agents', other tenants' in one file) are near-copies of its text — not what
+        they say, whose they are, or how many beyond 32. Kept because the alternatives measured
+        at 1M memories cost 4-7 times the lookup (300 items of the benchmark's corpus: 42 ms with
+        the 32 nearest; 170-270 ms for every candidate above the threshold, ~1,100 per item, in
+        the same lists; ~315 ms scanning those lists exactly with the filter inside), and
+        dropping the follow-up search would let invisible memories cut the top-k short. Tenants
+        that must not share even that keep separate files (`engramdb.TenantFiles`).
         """
         q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)
         with self._lock:

@@ -17,6 +17,8 @@ corpus, one agent, `remember_many` in batches of 1,000 with dedup off):
   system once, the order rotating per round.
 - **before / after**: with ``--before DIR`` (a worktree of an older commit with its own ``.venv``),
   every engramdb measurement also runs on that code, on an equal copy, in the same run.
+  Each copy is flushed to disk (`os.sync`) before it is measured; with ``--repeats R`` the writes
+  run R times per code in the order A B B A ... and each figure is the median (every run is kept).
 
     python benchmarks/bench_throughput.py --cache-dir ../bench-cache/scale --before ../wt-scale-before
 
@@ -52,6 +54,7 @@ AGENT = "bench"
 CORPUS_AGENTS = 8
 K, HOPS = 10, 1
 FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
+MEDIAN_KEYS = ("single_per_s", "single_p50_ms", "single_cpu_p50_ms", "batch_per_s", "batch_per_cpu_s")
 TARGETS = {"single_per_s": 1000, "batch_per_s": 10000, "recall_p50_vs_fts5": 1.0}
 
 
@@ -98,11 +101,21 @@ class EngineWorker:
             else:
                 shutil.copyfile(f, to)
         copy_s = time.perf_counter() - t
+        # The copy's gigabytes are dirty pages until the kernel writes them back: flush them now, so
+        # that writeback does not compete with the commits measured next (the first system of a run
+        # paid for it, up to 4x one by one at 1M).
+        t = time.perf_counter()
+        os.sync()
+        sync_s = time.perf_counter() - t
         self.engine = DynamicMemoryEngine(self.tmp / "engram.db")
         self.me = self.engine.agent(AGENT)
         t = time.perf_counter()
         self.me.recall("warm up the vector cache", k=K, hops=HOPS)
-        return {"copy_s": round(copy_s, 1), "first_recall_s": round(time.perf_counter() - t, 3)}
+        return {
+            "copy_s": round(copy_s, 1),
+            "sync_s": round(sync_s, 1),
+            "first_recall_s": round(time.perf_counter() - t, 3),
+        }
 
     def round(self, _msg: dict[str, Any]) -> dict[str, Any]:
         lat, cpu = [], []
@@ -406,15 +419,25 @@ def run_size(n: int, args: argparse.Namespace, workdir: Path, systems: dict[str,
             for w in [*engines.values(), fts]:
                 w.close()
     else:
-        for name, python in systems.items():  # one process at a time (a 1M engine holds GBs)
-            w = Worker(python, "engine", cfg)
-            try:
-                row[name] = w.call("open")
-                row[name].update(w.call("write"))
-                row[name].update(w.call("finish"))
-            finally:
-                w.close()
-            log(f"n={n:,}: {name}: {row[name]}")
+        # One process at a time (a 1M engine holds GBs), in the order A B B A ... over --repeats, so
+        # neither code always goes first; each figure is the median over its runs, each run is kept.
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+        for r in range(args.repeats):
+            for name in list(systems) if r % 2 == 0 else list(systems)[::-1]:
+                w = Worker(systems[name], "engine", cfg)
+                try:
+                    got = w.call("open")
+                    got.update(w.call("write"))
+                    got.update(w.call("finish"))
+                finally:
+                    w.close()
+                runs[name].append(got)
+                log(f"n={n:,}: {name} (run {r + 1}): {got}")
+        for name, got in runs.items():
+            row[name] = dict(got[0])
+            for key in MEDIAN_KEYS:
+                row[name][key] = round(statistics.median(g[key] for g in got), 4)
+            row[name]["runs"] = got
     if args.prepared is None:
         shutil.rmtree(db.parent, ignore_errors=True)
     row["load_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -472,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cache-dir", type=Path, default=None, help="bench_scale.py's --cache-dir (read only)")
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="runs of each code's writes (without recall), A B B A ...; medians"
+    )
     ap.add_argument("--before", type=Path, default=None, help="a worktree of older code with its own .venv")
     ap.add_argument("--workdir", type=Path, default=None, help="where copies go (default: $TMPDIR)")
     ap.add_argument("--prepared", type=Path, default=None, help="keep prepared copies here for later runs")

@@ -72,6 +72,11 @@ class DynamicMemoryEngine:
         secure_delete: SQLite's ``secure_delete``: deleted and overwritten content is zeroed, so
             `Agent.forget` leaves no copy of the text in the file. ``"FAST"`` (default) in the
             b-tree pages, at no extra I/O; ``"ON"`` also in pages that become wholly free.
+        checkpoint_interval: seconds after a commit at which a background thread of this process
+            copies the write-ahead log into the database (a PASSIVE checkpoint on its own
+            connection: writers and readers never wait for it; a writer checkpoints itself only
+            when the log passes 64 MB). ``0``: no thread, SQLite's own checkpoint inside the
+            committing writer every 1,000 pages. Durability is the same either way.
         memory_embedder: the embedder of typed memories: ``"default"`` (the offline static model
             when the ``memory`` extra is installed, else none), an `Embedder`, or None for
             lexical-only recall.
@@ -81,9 +86,9 @@ class DynamicMemoryEngine:
         vector_index: ``"exact"`` (numpy scan), ``"ann"`` (faiss IVF, the ``ann`` extra; exact below
             20k vectors), ``"auto"`` (ann when faiss is installed), or a callable that makes the
             `VectorIndex` for a dimension (e.g. ``lambda dim: AnnIndex(dim, nprobe=64)``). A file
-            database keeps a trained `AnnIndex` in a side file beside it
-            (``<file>.vectors-<embedder>.npz``), so a new process need not re-read every vector
-            and re-train it; the file is a cache that may be deleted at any time.
+            database keeps a trained `AnnIndex` in side files beside it (the folder
+            ``<file>.engramdb-index/``), so a new process need not re-read every vector and
+            re-train it; they are a cache that may be deleted at any time.
         limits: the largest content, title, tag and query accepted (`Limits`; defaults sized for
             agent memories).
         vector_file: keep that side file (False: never read or write one — every new process
@@ -104,6 +109,7 @@ class DynamicMemoryEngine:
         max_result_bytes: int = 64 * 1024 * 1024,
         synchronous: str = "NORMAL",
         secure_delete: str = "FAST",
+        checkpoint_interval: float = 1.0,
         memory_embedder: Embedder | str | None = "default",
         scoring: ScoringConfig | None = None,
         forgetting: ForgettingPolicy | None = None,
@@ -130,6 +136,7 @@ class DynamicMemoryEngine:
                 max_result_bytes=max_result_bytes,
                 synchronous=synchronous,
                 secure_delete=secure_delete,
+                checkpoint_interval=checkpoint_interval,
             )
             backend = SqliteBackend(path, settings)
         else:

@@ -55,6 +55,11 @@ def check_engine_options(path: object, options: Mapping[str, Any]) -> None:
         raise ConfigError(f"clock must be a callable returning epoch seconds, got {type(options['clock']).__name__}")
     for name in ("busy_timeout", "statement_timeout"):
         check_seconds(name, options[name])
+    interval = options["checkpoint_interval"]
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval <= 60:
+        raise ConfigError(
+            f"checkpoint_interval must be seconds from 0 to 60 (0: SQLite checkpoints inside the writer), got {interval!r}"
+        )
     size = options["max_value_bytes"]
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ConfigError(f"max_value_bytes must be a whole number of bytes >= 1, got {size!r}")

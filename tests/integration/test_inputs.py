@@ -32,6 +32,24 @@ def test_bad_sqlite_settings_are_config_errors(tmp_path: Path, option: dict[str,
         DynamicMemoryEngine(tmp_path / "m.db", **option)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("interval", [-1, 61, float("nan"), True, "1"])
+def test_a_bad_checkpoint_interval_is_a_config_error_and_makes_no_file(tmp_path: Path, interval: object) -> None:
+    with pytest.raises(ConfigError, match="checkpoint_interval must be seconds from 0 to 60"):
+        DynamicMemoryEngine(tmp_path / "m.db", checkpoint_interval=interval)  # type: ignore[arg-type]
+    assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.sqlite_only
+def test_checkpoint_interval_zero_runs_no_thread(tmp_path: Path) -> None:
+    with DynamicMemoryEngine(tmp_path / "m.db", checkpoint_interval=0) as e:
+        e.agent("a").remember("one memory, so a commit happens")
+        assert e._backend._store.checkpointer is None  # type: ignore[attr-defined]
+    with DynamicMemoryEngine(tmp_path / "n.db", checkpoint_interval=0.5) as e:
+        e.agent("a").remember("one memory, so a commit happens")
+        checkpointer = e._backend._store.checkpointer  # type: ignore[attr-defined]
+        assert checkpointer is not None and checkpointer._thread is not None
+
+
 @pytest.mark.parametrize("batch", [0, -3, 2.5, True, "10"])
 def test_stream_needs_a_positive_batch(engine: DynamicMemoryEngine, batch: object) -> None:
     shared = engine.get_shared_scope()

@@ -496,3 +496,40 @@ def test_ann_add_reuses_the_lists_nearest_found() -> None:
     assert sizes[0] == sizes[1] and sum(sizes[0]) == len(vecs)
     for row in range(300, len(vecs), 37):
         assert asked.search(vecs[row], 3)[0].tolist() == plain.search(vecs[row], 3)[0].tolist()
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_few_query_nearest_walks_a_centroid_graph(monkeypatch: pytest.MonkeyPatch, data: Any) -> None:
+    """A `nearest` call with few queries finds its lists through the HNSW graph over the
+    centroids (made once, dropped by a rebuild); it answers as the exact scoring of every
+    centroid does for near-duplicate queries, and its lists are not kept for the add, which
+    then puts every vector into its exact nearest list."""
+    from engramdb.vectors import ann
+
+    keys, vecs, _ = data
+    graph, flat = (ann.AnnIndex(DIM, train_at=256, nlist=32, rebuild_growth=0) for _ in range(2))
+    for index in (graph, flat):
+        index.upsert(keys, vecs)
+    rng = np.random.default_rng(5)
+    picked = rng.choice(N, 60, replace=False)
+    near = vecs[picked] + 0.02 * rng.normal(size=(60, DIM)).astype(np.float32)
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    expected = [flat.nearest(near[i : i + 1], K)[0][0].tolist() for i in range(60)]  # 32 lists < _GRAPH_LISTS
+    monkeypatch.setattr(ann, "_GRAPH_LISTS", 1)
+    assert graph._graph is None
+    got = [graph.nearest(near[i : i + 1], K)[0][0].tolist() for i in range(60)]
+    assert graph._graph is not None and not graph._lists
+    assert all(g[0] == graph.row_of(int(keys[p])) for g, p in zip(got, picked, strict=True))  # the copy first
+    assert sum(g == e for g, e in zip(got, expected, strict=True)) >= 57  # the same top 10, nearly always
+    held = graph._ivf.ntotal
+    extra = clustered(300, seed=9)
+    extra_keys = np.arange(10**6, 10**6 + 300, dtype=np.int64)
+    for i in range(300):
+        graph.nearest(extra[i : i + 1], 4, exact=False)  # as a single `remember`'s dedup does
+    for index in (graph, flat):
+        index.upsert(extra_keys, extra)
+        index._flush()
+    sizes = [[index._ivf.invlists.list_size(i) for i in range(index.nlist)] for index in (graph, flat)]
+    assert sizes[0] == sizes[1] and sum(sizes[0]) == held + 300
+    graph.rebuild()
+    assert graph._graph is None

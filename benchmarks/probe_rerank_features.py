@@ -11,6 +11,9 @@ stores that ``sweep_locomo.py`` builds and caches in ``--workdir``), and the top
 - ``session``: BM25 of the question against each session's text as one document, over the best
   session's (``scaled``) or 1 for the top three sessions (``rank``): a lift of the sitting that is
   about the question.
+- ``session spread``: the opposite, a greedy re-rank in which each pick's score loses ``w`` per
+  memory already picked from its session (maximal marginal relevance over sittings), for questions
+  whose evidence lies in several sessions.
 
 It refuses the test split (read once, by bench_locomo.py, for the report). Prints a table; writes
 ``rerank-features.json`` (with the provenance block) to benchmarks/out/ or ``--out``.
@@ -166,13 +169,28 @@ def recall_at_10(asked: Sequence[Asked], lift: Any = None, w: float = 0.0) -> di
     rows = []
     for a in asked:
         score = np.array([s for _, s in a.pool])
-        if w:
-            f = lift(a)
-            score = score + w * f
-        ranked = [a.pool[i][0] for i in np.argsort(-score, kind="stable")]
+        if w and callable(lift):
+            score = score + w * lift(a)
+        if lift == "diverse":  # greedy: each pick's score less w per earlier pick from its session
+            ranked = _diverse(a, score, w)
+        else:
+            ranked = [a.pool[i][0] for i in np.argsort(-score, kind="stable")]
         rows.append((a.question.category, locomo.score_question(ranked, a.question, a.conv.turns)))
     m = locomo.summarise(rows)
     return {"cat1-4": m["cat1-4"]["r@10"], **{f"cat{k}": m[f"cat{k}"]["r@10"] for k in (1, 2, 3, 4)}}
+
+
+def _diverse(a: Asked, score: Any, w: float) -> list[int]:
+    """The pool re-ranked greedily: the next pick is the best score less `w` per memory already
+    picked from the same session (a spread across sittings, for questions whose evidence is spread)."""
+    sessions = [a.conv.turns[p].session for p, _ in a.pool]
+    left, taken, out = list(range(len(a.pool))), dict.fromkeys(sessions, 0), []
+    while left:
+        best = max(left, key=lambda i: (score[i] - w * taken[sessions[i]], -i))
+        left.remove(best)
+        taken[sessions[best]] += 1
+        out.append(a.pool[best][0])
+    return out
 
 
 def _minmax(f: Any) -> Any:
@@ -195,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         settings.append((name, lambda a, t=theta, o=only: _minmax(soft.feature(a, t, o)), w))
     for w, mode in itertools.product((0.1, 0.2, 0.4), ("scaled", "rank")):
         settings.append((f"session {mode} w={w}", lambda a, m=mode: sessions.feature(a, m), w))
+    for w in (0.05, 0.1, 0.2, 0.4):
+        settings.append((f"session spread w={w}", "diverse", w))
     asked = {s: ask(locomo.split(convs, s), args.workdir) for s in SPLITS}
     results = []
     print(f"{'setting':<28} {'train R@10':>10} {'valid R@10':>10}   categories 1-4 (validation)")

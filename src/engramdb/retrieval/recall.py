@@ -77,6 +77,7 @@ class _Cand:
     relevance: float
     memory: Memory | None = None
     name: tuple[str, str] | None = None  # (id, title) of a near miss, which is not read in full
+    comps: Components | None = None  # made once: the hit, its explanation and its access row share it
 
     @property
     def source(self) -> Source:
@@ -89,7 +90,9 @@ class _Cand:
         return "spread"
 
     def components(self) -> Components:
-        return Components(
+        if self.comps is not None:
+            return self.comps
+        self.comps = Components(
             self.rel,
             self.rec,
             self.imp,
@@ -102,6 +105,7 @@ class _Cand:
             self.ctx,
             self.dated,
         )
+        return self.comps
 
 
 class _Pool:
@@ -190,7 +194,8 @@ class Recaller:
     ) -> None:
         self.store, self.clock, self.config = store, clock, config
         self.embedder, self.channel, self.lexical = embedder, channel, lexical
-        #: adds read-time fields (retention, prune time) to each memory shown; set by the engine
+        #: adds read-time fields (retention, prune time) to each memory shown, in place: the hits
+        #: are read for this recall alone (`MemoryRows.many` makes new objects); set by the engine
         self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
         #: the largest query taken; set by the engine
         self.limits: Limits = DEFAULT_LIMITS

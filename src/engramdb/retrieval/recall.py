@@ -319,7 +319,8 @@ class Recaller:
         store = self.store
         qstems = list(dict.fromkeys(stem(w) for w in kws))
         qents = query_entity_tokens(query) if cfg.w_entity else []
-        self.lexical.refresh(store)
+        latest = store.changes.current()  # once for both caches (~20 us a read inside a recall)
+        self.lexical.refresh(store, latest)
         lexical = self.lexical.search(
             qstems, cfg.candidates, vis, types=type_names, k1=cfg.bm25_k1, b=cfg.bm25_b,
             prev_weight=cfg.bm25_prev, window=cfg.sequence_window,
@@ -327,7 +328,7 @@ class Recaller:
         vector: dict[int, float] = {}
         qvec = None
         if self.channel is not None and self.embedder is not None:
-            self.channel.refresh(store)
+            self.channel.refresh(store, latest)
             qvec = self.embedder.embed([query])[0]
             vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
         cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems, qents)

@@ -453,11 +453,17 @@ class VectorChannel:
         with self._lock:
             if not keys:
                 return {}
-            vecs = self.index.vectors_of(np.asarray(keys, dtype=np.int64))
-            # the kernel the index's search scores with, so a memory's cosine is the same either way
-            sims = (
-                ann.dot(vecs, query_vec) if isinstance(self.index, AnnIndex) else np.einsum("ij,j->i", vecs, query_vec)
-            )
+            wanted = np.asarray(keys, dtype=np.int64)
+            index = self.index
+            # The search just before (recall's) scored every row for this query: its values, not a
+            # second product over rows gathered from a 15 MB matrix (AnnIndex.scores_of).
+            sims = index.scores_of(query_vec, wanted) if isinstance(index, AnnIndex) else None
+            if sims is None:
+                vecs = index.vectors_of(wanted)
+                # the kernel the index's search scores with, so a memory's cosine is the same either way
+                sims = (
+                    ann.dot(vecs, query_vec) if isinstance(index, AnnIndex) else np.einsum("ij,j->i", vecs, query_vec)
+                )
             return dict(zip(keys, sims.tolist(), strict=True))
 
 

@@ -80,8 +80,10 @@ class SqliteEdges:
 
     @translated
     def contradictions(self, vis: Visibility, keys: Sequence[int]) -> dict[int, list[tuple[str, str]]]:
+        if not keys:
+            return {}
         db = self._db()
-        if not keys or self._empty(db):
+        if self._empty(db):
             return {}
         pred, params = predicate(vis)
         marks = ",".join(f":h{i}" for i in range(len(keys)))

@@ -2,7 +2,8 @@
 
 For each size, on a database built by ``bench_scale.py`` (its ``--cache-dir`` copies are reused, never
 written: every run works on a copy) or, when none is cached, built here the same way (the synthetic
-corpus, one agent, `remember_many` in batches of 1,000 with dedup off):
+corpus, one agent, `remember_many` in batches of 1,000 with dedup off; built and first opened by the
+``--before`` code when there is one, so that a newer code's schema migration cannot lock the older out):
 
 - **remember, dedup on** (the default: cosine >= ``dedup_threshold`` against visible memories of the
   same type and owner, then the text check): two untimed `remember` calls (the first writes of a
@@ -341,11 +342,35 @@ def build_db(n: int, path: Path) -> None:
     engine.close()
 
 
-def prepare(n: int, args: argparse.Namespace, workdir: Path) -> Path:
-    """A private copy of the size's database, opened once so its vector side file (the trained
-    IVF at 100k and beyond) sits beside it: each worker then copies both and skips the training.
-    With ``--prepared DIR`` the copy is kept there and reused by later runs (it is never written
-    to after its first recall: workers write to copies of it)."""
+class PrepareWorker:
+    """Builds (or copies) and first opens a size's database under the oldest code of the run, so
+    that every code can open it: a newer code's schema migration would make it unreadable to
+    the older one (`SchemaVersionError`); each engine worker then migrates its own copy."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+
+    def prepare(self, _msg: dict[str, Any]) -> dict[str, Any]:
+        from engramdb import DynamicMemoryEngine
+
+        path, source = Path(self.cfg["db"]), self.cfg["source"]
+        if source is not None:
+            shutil.copyfile(source, path)
+        else:
+            log(f"n={self.cfg['n']:,}: no cached database; building one (dedup off)")
+            build_db(int(self.cfg["n"]), path)
+        engine = DynamicMemoryEngine(path)
+        engine.agent(AGENT).recall("prepare the vector side file", k=K, hops=HOPS)
+        engine.close()
+        return {}
+
+
+def prepare(n: int, args: argparse.Namespace, workdir: Path, python: str) -> Path:
+    """A private copy of the size's database, opened once (by `python`: the oldest code's, see
+    `PrepareWorker`) so its vector side file (the trained IVF at 100k and beyond) sits beside it:
+    each worker then copies both and skips the training. With ``--prepared DIR`` the copy is kept
+    there and reused by later runs (it is never written to after its first recall: workers write
+    to copies of it)."""
     keep = args.prepared is not None
     base = args.prepared if keep else workdir
     path = base / f"n{n}" / "engram.db"
@@ -356,16 +381,11 @@ def prepare(n: int, args: argparse.Namespace, workdir: Path) -> Path:
         return path
     shutil.rmtree(path.parent, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if source is not None:
-        shutil.copyfile(source, path)
-    else:
-        log(f"n={n:,}: no cached database; building one (dedup off)")
-        build_db(n, path)
-    from engramdb import DynamicMemoryEngine
-
-    engine = DynamicMemoryEngine(path)
-    engine.agent(AGENT).recall("prepare the vector side file", k=K, hops=HOPS)
-    engine.close()
+    w = Worker(python, "prepare", {"db": str(path), "n": n, "source": str(source) if source else None})
+    try:
+        w.call("prepare")
+    finally:
+        w.close()
     stamp.write_text(json.dumps(want), encoding="utf-8")
     return path
 
@@ -386,7 +406,7 @@ def queries_file(n: int, args: argparse.Namespace, workdir: Path) -> Path:
 def run_size(n: int, args: argparse.Namespace, workdir: Path, systems: dict[str, str]) -> dict[str, Any]:
     row: dict[str, Any] = {"n": n, "load_before": [round(x, 2) for x in os.getloadavg()]}
     log(f"n={n:,}: preparing the database")
-    db = prepare(n, args, workdir)
+    db = prepare(n, args, workdir, next(iter(systems.values())))  # "before" comes first when given
     recall = n in args.recall_sizes
     queries = queries_file(n, args, workdir) if recall else workdir / "no-queries.json"
     if not recall:
@@ -520,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         role, config = args.worker
         cfg = json.loads(config)
-        serve(EngineWorker(cfg) if role == "engine" else Fts5Worker(cfg))
+        serve(EngineWorker(cfg) if role == "engine" else PrepareWorker(cfg) if role == "prepare" else Fts5Worker(cfg))
         return 0
     systems = {"after": sys.executable}
     if args.before is not None:

@@ -533,3 +533,34 @@ def test_ann_few_query_nearest_walks_a_centroid_graph(monkeypatch: pytest.Monkey
     assert sizes[0] == sizes[1] and sum(sizes[0]) == held + 300
     graph.rebuild()
     assert graph._graph is None
+
+
+def test_ann_scores_of_repeats_the_last_full_scan_bit_for_bit(data: Any) -> None:
+    """`scores_of` gives, for the query the last exact scan of the whole matrix was made for, the
+    very values `dot(vectors_of(keys), query)` gives; after a write, for another query, for a key
+    without a vector, or once the scan was filtered to a few rows, it says None."""
+    from engramdb.vectors.ann import AnnIndex, dot
+
+    keys, vecs, queries = data
+    index = AnnIndex(DIM, train_at=10 * N)  # exact scans only
+    index.upsert(keys, vecs)
+    q, other = queries[0], queries[1]
+    assert index.scores_of(q, keys[:5]) is None  # no scan yet
+    index.search(q, K)
+    some = keys[np.random.default_rng(4).choice(N, 50, replace=False)]
+    got = index.scores_of(q, some)
+    assert got is not None
+    assert got.tobytes() == dot(index.vectors_of(some), q).tobytes()
+    mask = np.ones(N, dtype=np.bool_)
+    mask[::2] = False  # half allowed: still a scan of every row
+    index.search(other, K, mask)
+    assert index.scores_of(q, some) is None
+    got = index.scores_of(other, some)
+    assert got is not None and got.tobytes() == dot(index.vectors_of(some), other).tobytes()
+    assert index.scores_of(other, np.array([-7], dtype=np.int64)) is None  # no such key
+    index.upsert(keys[:1], vecs[1:2])
+    assert index.scores_of(other, some) is None  # written since
+    few = np.zeros(N, dtype=np.bool_)
+    few[:10] = True  # a few rows: only those are scored, nothing kept
+    index.search(q, K, few)
+    assert index.scores_of(q, some) is None

@@ -136,3 +136,20 @@ def test_migrations_are_append_only() -> None:
     ]  # fmt: skip
     assert [(m.version, m.name) for m in MIGRATIONS][: len(released)] == released
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+
+
+def test_the_access_stream_keeps_only_its_memory_index(upgraded: DynamicMemoryEngine) -> None:
+    """Migration 11 drops the recall-id and channel indexes no query read; the (n, ts) index that
+    `explain` and the usage counts read stays, and the accesses are all still there."""
+    import sqlite3
+
+    db = sqlite3.connect(upgraded.path)
+    try:
+        names = {
+            n
+            for (n,) in db.execute("SELECT name FROM sqlite_schema WHERE tbl_name = 'engram_access' AND type = 'index'")
+        }
+        assert names == {"engram_access_memory"}
+        assert db.execute("SELECT count(*) FROM engram_access").fetchone()[0] > 0
+    finally:
+        db.close()

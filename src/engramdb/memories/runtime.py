@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from engramdb.errors import MissingExtra
-from engramdb.memories.forgetting import ForgettingPolicy, with_lifecycle
+from engramdb.memories.forgetting import ForgettingPolicy, fill_lifecycle, with_lifecycle
 from engramdb.memories.model import DEFAULT_LIMITS, Limits, Memory, Principal
 from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.scoring import ScoringConfig
@@ -105,7 +105,7 @@ class Runtime:
                     channel = VectorChannel(embedder, self._make_index(embedder.dim), database=database)
                 lexical = LexicalChannel(database=self.store.cache_file if self._vector_file else None)
                 recaller = Recaller(self.store, self.clock, self.scoring, embedder, channel, lexical)
-                recaller.annotate = self.annotate
+                recaller.annotate = self.annotate_read
                 recaller.limits = self.limits
                 self._parts = (embedder, channel, recaller)
             return self._parts
@@ -146,6 +146,11 @@ class Runtime:
     def annotate(self, memory: Memory, now: float | None = None) -> Memory:
         """`memory` with its read-time retention and projected prune time."""
         return with_lifecycle(memory, self.clock() if now is None else now, self.forgetting)
+
+    def annotate_read(self, memory: Memory, now: float) -> Memory:
+        """`annotate` for a memory just read from its row for this call alone (recall's hits):
+        filled in place, not copied (`forgetting.fill_lifecycle`)."""
+        return fill_lifecycle(memory, now, self.forgetting)
 
     def drop_vector_file(self) -> None:
         """Delete the side files, if any (they are only caches), so that a forgotten memory's vector

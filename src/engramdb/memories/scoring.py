@@ -326,7 +326,17 @@ def temporal_context(
     at = np.asarray(anchor_times, dtype=np.float64)
     ar = np.asarray(anchor_rel, dtype=np.float64)
     gap = np.abs(t[:, None] - at[None, :])
-    lift = ar[None, :] * np.exp(-gap / tau)
+    x = -gap / tau
+    if tau > 0 and bool((ar >= 0.0).all()):
+        # exp(x) is exactly 0.0 below x ≈ -745.13 (a double underflows), and 0.0 times a rel that
+        # is >= 0 is +0.0: only the pairs made within ~8 days (at τ = 15 min) get an exp, the same
+        # value elementwise; most candidates of a recall lie further apart than that (~60% of
+        # this function's time at 100 x 100 was exp over zeros).
+        near = x > -746.0
+        lift = np.zeros_like(gap)
+        lift[near] = ar[np.nonzero(near)[1]] * np.exp(x[near])
+    else:
+        lift = ar[None, :] * np.exp(x)
     same_batch = (gap == 0.0) & (np.asarray(keys)[:, None] != np.asarray(anchor_keys)[None, :])
     lift[same_batch] = 0.0
     return lift.max(axis=1).tolist()  # type: ignore[no-any-return]

@@ -208,10 +208,12 @@ class LexicalChannel:
         """True when this index came from the side file rather than from every stored row."""
         return self._restored
 
-    def refresh(self, store: Backend) -> None:
-        """Load whatever changed since the last refresh (cheap when nothing did)."""
+    def refresh(self, store: Backend, latest: int | None = None) -> None:
+        """Load whatever changed since the last refresh (cheap when nothing did). `latest` is the
+        store's change sequence when the caller has just read it (`ChangeSequence.current`; a
+        recall reads it once for both of its caches), else it is read here."""
         with self._lock:
-            latest = store.changes.current()
+            latest = store.changes.current() if latest is None else latest
             if latest == self._seen:
                 return
             if store.in_transaction():

@@ -77,6 +77,7 @@ class _Cand:
     relevance: float
     memory: Memory | None = None
     name: tuple[str, str] | None = None  # (id, title) of a near miss, which is not read in full
+    comps: Components | None = None  # made once: the hit, its explanation and its access row share it
 
     @property
     def source(self) -> Source:
@@ -89,7 +90,9 @@ class _Cand:
         return "spread"
 
     def components(self) -> Components:
-        return Components(
+        if self.comps is not None:
+            return self.comps
+        self.comps = Components(
             self.rel,
             self.rec,
             self.imp,
@@ -102,6 +105,7 @@ class _Cand:
             self.ctx,
             self.dated,
         )
+        return self.comps
 
 
 class _Pool:
@@ -190,7 +194,8 @@ class Recaller:
     ) -> None:
         self.store, self.clock, self.config = store, clock, config
         self.embedder, self.channel, self.lexical = embedder, channel, lexical
-        #: adds read-time fields (retention, prune time) to each memory shown; set by the engine
+        #: adds read-time fields (retention, prune time) to each memory shown, in place: the hits
+        #: are read for this recall alone (`MemoryRows.many` makes new objects); set by the engine
         self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
         #: the largest query taken; set by the engine
         self.limits: Limits = DEFAULT_LIMITS
@@ -314,7 +319,8 @@ class Recaller:
         store = self.store
         qstems = list(dict.fromkeys(stem(w) for w in kws))
         qents = query_entity_tokens(query) if cfg.w_entity else []
-        self.lexical.refresh(store)
+        latest = store.changes.current()  # once for both caches (~20 us a read inside a recall)
+        self.lexical.refresh(store, latest)
         lexical = self.lexical.search(
             qstems, cfg.candidates, vis, types=type_names, k1=cfg.bm25_k1, b=cfg.bm25_b,
             prev_weight=cfg.bm25_prev, window=cfg.sequence_window,
@@ -322,7 +328,7 @@ class Recaller:
         vector: dict[int, float] = {}
         qvec = None
         if self.channel is not None and self.embedder is not None:
-            self.channel.refresh(store)
+            self.channel.refresh(store, latest)
             qvec = self.embedder.embed([query])[0]
             vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
         cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems, qents)

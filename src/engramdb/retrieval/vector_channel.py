@@ -101,10 +101,12 @@ class VectorChannel:
         """True when this channel's index came from the side file rather than from every stored vector."""
         return self._restored
 
-    def refresh(self, store: Backend) -> None:
-        """Load whatever changed since the last refresh (cheap when nothing did)."""
+    def refresh(self, store: Backend, latest: int | None = None) -> None:
+        """Load whatever changed since the last refresh (cheap when nothing did). `latest` is the
+        store's change sequence when the caller has just read it (`ChangeSequence.current`; a
+        recall reads it once for both of its caches), else it is read here."""
         with self._lock:
-            latest = store.changes.current()
+            latest = store.changes.current() if latest is None else latest
             if latest == self._seen:
                 return
             if store.in_transaction():
@@ -451,11 +453,17 @@ class VectorChannel:
         with self._lock:
             if not keys:
                 return {}
-            vecs = self.index.vectors_of(np.asarray(keys, dtype=np.int64))
-            # the kernel the index's search scores with, so a memory's cosine is the same either way
-            sims = (
-                ann.dot(vecs, query_vec) if isinstance(self.index, AnnIndex) else np.einsum("ij,j->i", vecs, query_vec)
-            )
+            wanted = np.asarray(keys, dtype=np.int64)
+            index = self.index
+            # The search just before (recall's) scored every row for this query: its values, not a
+            # second product over rows gathered from a 15 MB matrix (AnnIndex.scores_of).
+            sims = index.scores_of(query_vec, wanted) if isinstance(index, AnnIndex) else None
+            if sims is None:
+                vecs = index.vectors_of(wanted)
+                # the kernel the index's search scores with, so a memory's cosine is the same either way
+                sims = (
+                    ann.dot(vecs, query_vec) if isinstance(index, AnnIndex) else np.einsum("ij,j->i", vecs, query_vec)
+                )
             return dict(zip(keys, sims.tolist(), strict=True))
 
 

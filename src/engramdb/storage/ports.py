@@ -213,7 +213,8 @@ class MemoryRows(Protocol):
         ...
 
     def many(self, vis: Visibility, keys: Sequence[int]) -> dict[int, Memory]:
-        """The memories among `keys` that `vis` shows, by key."""
+        """The memories among `keys` that `vis` shows, by key: new objects, the caller's own (recall
+        fills in their read-time fields in place)."""
         ...
 
     def names(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:

@@ -184,6 +184,12 @@ class AnnIndex(ExactIndex):
         ValueError: a tunable is out of range.
     """
 
+    #: (query bytes, scores of every row) of the last exact scan of the whole float32 matrix, so
+    #: that a caller asking cosines of some keys for the same query (recall's candidates from the
+    #: lexical channel) reads the very values the scan made instead of scoring those rows again
+    #: (`scores_of`); dropped by any write to the matrix
+    _memo: tuple[bytes, npt.NDArray[np.float32]] | None = None
+
     def __init__(
         self,
         dim: int,
@@ -484,6 +490,7 @@ class AnnIndex(ExactIndex):
         return self._codes is not None
 
     def _grow(self, need: int) -> None:
+        self._memo = None
         if self._codes is None:
             super()._grow(need)
             return
@@ -501,6 +508,7 @@ class AnnIndex(ExactIndex):
 
     def _to_compact(self) -> None:
         """Quantise the float32 matrix into codes and scales, block by block, and drop it."""
+        self._memo = None
         cap = len(self._keys)
         codes = np.zeros((cap, self._dim), dtype=np.int8)
         scale = np.zeros(cap, dtype=np.float32)
@@ -511,6 +519,7 @@ class AnnIndex(ExactIndex):
         self._vecs = np.zeros((0, self._dim), dtype=np.float32)
 
     def _put(self, rows: slice | npt.NDArray[np.int64], vecs: npt.NDArray[np.float32]) -> None:
+        self._memo = None
         if self._codes is None:
             self._vecs[rows] = vecs
         else:
@@ -865,7 +874,7 @@ class AnnIndex(ExactIndex):
         """Exact top-`k` among the allowed rows (all rows when `mask` is None)."""
         n = self._n
         if mask is None:
-            sims = self._scores(q)
+            sims = self._remember(q, self._scores(q))
             top = _top(sims, k)
             return self._keys[top].copy(), sims[top].astype(np.float32)
         if count * 4 < n:  # few allowed rows: score only those
@@ -873,9 +882,32 @@ class AnnIndex(ExactIndex):
             sims = self._scores(q, rows)
             top = _top(sims, k)
             return self._keys[rows[top]].copy(), sims[top].astype(np.float32)
-        sims = np.where(mask, self._scores(q), np.float32(-np.inf))
+        sims = np.where(mask, self._remember(q, self._scores(q)), np.float32(-np.inf))
         top = _top(sims, k)
         return self._keys[top].copy(), sims[top].astype(np.float32)
+
+    def _remember(self, q: npt.NDArray[np.float32], sims: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Keep `sims`, every row's score for `q`, for `scores_of` (float32 only: a compact
+        index scales after the product, its `vectors_of` before)."""
+        self._memo = (q.tobytes(), sims) if self._codes is None else None
+        return sims
+
+    def scores_of(self, query: npt.NDArray[np.float32], keys: npt.NDArray[np.int64]) -> npt.NDArray[np.float32] | None:
+        """`dot(vectors_of(keys), query)` from the last exact scan when it was of this very query
+        over the whole float32 matrix and nothing was written since: the same kernel on the same
+        rows, so the same values (each row's sum is its own). None when that scan cannot say
+        (another query, a write since, a key without a vector): compute them."""
+        memo = self._memo
+        if memo is None or self._codes is not None:
+            return None
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+        if q.tobytes() != memo[0]:
+            return None
+        rows = self._rows.lookup(np.asarray(keys, dtype=np.int64))
+        if len(rows) and int(rows.min()) < 0:
+            return None
+        out: npt.NDArray[np.float32] = memo[1][rows]
+        return out
 
 
 def _dot(matrix: npt.NDArray[np.float32], q: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

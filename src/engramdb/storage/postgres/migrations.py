@@ -194,11 +194,19 @@ def _m0004_tombstone_levels(db: psycopg.Connection[Any]) -> None:
     )
 
 
+def _m0005_unused_access_indexes(db: psycopg.Connection[Any]) -> None:
+    # As SQLite's migration 11: nothing reads the access stream by recall id or by channel (by
+    # tenant and memory only), and each recall's ten access rows kept both indexes up to date.
+    db.execute("DROP INDEX IF EXISTS engram.engram_access_recall")
+    db.execute("DROP INDEX IF EXISTS engram.engram_access_channel")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "engine_tables", _m0001_engine_tables),
     Migration(2, "row_level_security", _m0002_row_level_security),
     Migration(3, "engine_role", _m0003_engine_role),
     Migration(4, "tombstone_levels", _m0004_tombstone_levels),
+    Migration(5, "unused_access_indexes", _m0005_unused_access_indexes),
 )
 
 

@@ -19,6 +19,12 @@ class SqliteEdges:
     def _db(self) -> sqlite3.Connection:
         return self._store.connection("engine").raw
 
+    @staticmethod
+    def _empty(db: sqlite3.Connection) -> bool:
+        # A store in which nothing was ever linked (no `link`, no reflection yet) answers a recall's
+        # edge questions from one probe of the table: ~2 us against ~20 us for each pair of joins.
+        return db.execute("SELECT 1 FROM engram_edges LIMIT 1").fetchone() is None
+
     @translated
     def put(
         self, tenant: str, edges: Sequence[tuple[int, int, str, float]], *, now: float, by: str, replace: bool
@@ -54,11 +60,13 @@ class SqliteEdges:
 
     @translated
     def neighbours(self, vis: Visibility, nodes: Sequence[int]) -> dict[int, list[tuple[int, str, float]]]:
+        db = self._db()
+        if not nodes or self._empty(db):
+            return {}
         pred, params = predicate(vis)
         marks = ",".join(f":s{i}" for i in range(len(nodes)))
         named = dict(params, **{f"s{i}": n for i, n in enumerate(nodes)})
         adjacency: dict[int, list[tuple[int, str, float]]] = {}
-        db = self._db()
         # Edges spread both ways; the far end must be visible to be reached at all.
         for near, far in (("src", "dst"), ("dst", "src")):
             sql = (
@@ -74,11 +82,13 @@ class SqliteEdges:
     def contradictions(self, vis: Visibility, keys: Sequence[int]) -> dict[int, list[tuple[str, str]]]:
         if not keys:
             return {}
+        db = self._db()
+        if self._empty(db):
+            return {}
         pred, params = predicate(vis)
         marks = ",".join(f":h{i}" for i in range(len(keys)))
         named = dict(params, **{f"h{i}": n for i, n in enumerate(keys)})
         notes: dict[int, list[tuple[str, str]]] = {}
-        db = self._db()
         for near, far in (("src", "dst"), ("dst", "src")):
             sql = (
                 f"SELECT e.{near}, m.id, substr(m.content, 1, 120) FROM engram_edges e "  # noqa: S608 - engine-built fragments, values bound

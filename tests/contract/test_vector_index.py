@@ -502,8 +502,8 @@ def test_ann_add_reuses_the_lists_nearest_found() -> None:
 def test_ann_few_query_nearest_walks_a_centroid_graph(monkeypatch: pytest.MonkeyPatch, data: Any) -> None:
     """A `nearest` call with few queries finds its lists through the HNSW graph over the
     centroids (made once, dropped by a rebuild); it answers as the exact scoring of every
-    centroid does for near-duplicate queries, and its lists are not kept for the add, which
-    then puts every vector into its exact nearest list."""
+    centroid does for near-duplicate queries, and the add puts each vector asked about into the
+    list the graph found first for it — the exact nearest list nearly always."""
     from engramdb.vectors import ann
 
     keys, vecs, _ = data
@@ -518,19 +518,33 @@ def test_ann_few_query_nearest_walks_a_centroid_graph(monkeypatch: pytest.Monkey
     monkeypatch.setattr(ann, "_GRAPH_LISTS", 1)
     assert graph._graph is None
     got = [graph.nearest(near[i : i + 1], K)[0][0].tolist() for i in range(60)]
-    assert graph._graph is not None and not graph._lists
+    assert graph._graph is not None
     assert all(g[0] == graph.row_of(int(keys[p])) for g, p in zip(got, picked, strict=True))  # the copy first
     assert sum(g == e for g, e in zip(got, expected, strict=True)) >= 57  # the same top 10, nearly always
-    held = graph._ivf.ntotal
     extra = clustered(300, seed=9)
     extra_keys = np.arange(10**6, 10**6 + 300, dtype=np.int64)
-    for i in range(300):
-        graph.nearest(extra[i : i + 1], 4, exact=False)  # as a single `remember`'s dedup does
-    for index in (graph, flat):
-        index.upsert(extra_keys, extra)
-        index._flush()
-    sizes = [[index._ivf.invlists.list_size(i) for i in range(index.nlist)] for index in (graph, flat)]
-    assert sizes[0] == sizes[1] and sum(sizes[0]) == held + 300
+    found = {}
+    for i in range(300):  # as a single `remember`'s dedup does, one vector a call
+        graph.nearest(extra[i : i + 1], 4, exact=False)
+        found[i] = graph._lists[extra[i].tobytes()]
+    _, exact = flat._ivf.quantizer.search(extra, 1)
+    assert sum(found[i] == exact[i, 0] for i in range(300)) >= 285  # the graph's first list is the nearest
+    held = graph._ivf.ntotal
+    quantizer = type(graph._ivf.quantizer)
+    scored: list[int] = []
+    search = quantizer.search
+    monkeypatch.setattr(quantizer, "search", lambda self, x, k, **kw: scored.append(len(x)) or search(self, x, k, **kw))
+    graph.upsert(extra_keys, extra)
+    graph._flush()
+    assert not scored  # no centroid scored again for the add
+    assert graph._ivf.ntotal == held + 300
+    assert not any(v.tobytes() in graph._lists for v in extra)  # used up by the add
+    import faiss
+
+    invlists = graph._ivf.invlists
+    for i in range(0, 300, 7):  # each went into the list the graph found for it
+        ids = faiss.rev_swig_ptr(invlists.get_ids(found[i]), invlists.list_size(found[i]))
+        assert graph.row_of(int(extra_keys[i])) in ids.tolist()
     graph.rebuild()
     assert graph._graph is None
 

@@ -379,10 +379,13 @@ class AnnIndex(ExactIndex):
             self._ivf.search_preassigned_c(
                 len(q), ptr(q), wanted, ptr(coarse), ptr(coarse_scores), ptr(scores), ptr(ids), False, params
             )
-        if not graph:  # the exact nearest lists: the add can use them (the graph's may be a near one)
-            if len(self._lists) + len(q) > _LISTS_KEPT:
-                self._lists.clear()
-            self._lists.update(zip((v.tobytes() for v in q), coarse[:, 0].tolist(), strict=True))
+        # Each query's first list, for its add (`_flush`). The graph's is the nearest centroid's for
+        # 99.6% of queries (measured at 4,096 lists) and a near one's otherwise, as an IVF with an
+        # HNSW coarse quantizer assigns; scoring every centroid again for the add instead cost
+        # ~50 ms a flush of 256 single writes at 1M, more than the graph saved them.
+        if len(self._lists) + len(q) > _LISTS_KEPT:
+            self._lists.clear()
+        self._lists.update(zip((v.tobytes() for v in q), coarse[:, 0].tolist(), strict=True))
         ids = np.asarray(ids, dtype=np.int64)
         if self._pending:
             # The pending rows, scored exactly, compete with the IVF's candidates for the top-k.

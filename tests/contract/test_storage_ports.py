@@ -23,7 +23,7 @@ from engramdb.memories.model import (
     Tombstone,
     Visibility,
 )
-from engramdb.memories.text import pack_times
+from engramdb.memories.text import content_hash, pack_times
 from engramdb.storage.ports import Backend, ContentChange, RecallRecord, Touch
 from tests.contract.conftest import memory, put
 
@@ -109,6 +109,30 @@ def test_many_listing_and_visible_ids(backend: Backend, store: Store) -> None:
     assert backend.memories.contents(keys[1:2]) == {keys[1]: ms[1].content}
     assert backend.memories.key_of("default", ms[1].id) == keys[1]
     assert backend.memories.key_of("other", ms[1].id) is None
+
+
+def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, store: Store) -> None:
+    text = "The Deploy key rotates weekly."
+    ms = [
+        memory(content=text),  # alice's own
+        memory(content="the deploy key rotates weekly", owner="", type=MemoryType.SKILL),  # shared: same hash
+        memory(content=text, owner="bob"),  # another agent's private memory
+        memory(content=text, confidentiality=Confidentiality.RESTRICTED),  # above the cap
+        memory(content=text, tenant="other"),  # another tenant
+        memory(content="the deploy key rotates monthly"),  # another text
+        memory(content=text),  # archived below
+    ]
+    keys = store(*ms)
+    backend.memories.archive("default", [ms[6].id], backend.changes.next())
+    digest = content_hash(text)
+    seen = Visibility("default", "alice", Confidentiality.INTERNAL)
+    got = backend.memories.same_content(seen, [digest, digest, content_hash("nothing like it")])
+    assert got == [
+        (keys[0], digest, "info", "alice", 0, text),
+        (keys[1], digest, "skill", "", 0, "the deploy key rotates weekly"),
+    ]  # lowest key first; the visibility is inside the query
+    assert [r[0] for r in backend.memories.same_content(Visibility("default", "bob"), [digest])] == [keys[1], keys[2]]
+    assert backend.memories.same_content(seen, []) == []
 
 
 def test_page_filters_counts_and_pages_inside_the_query(backend: Backend, store: Store) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engramdb import DynamicMemoryEngine, NotFound, ValidationError
+from engramdb import Confidentiality, DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
 from engramdb.embeddings.hashing import HashingEmbedder
 from engramdb.testing import FixedClock
@@ -270,6 +270,39 @@ def test_lexical_only_without_an_embedder(make_engine: Callable[..., DynamicMemo
     a.remember("other things")
     r = a.recall("deploy key")
     assert r[0].memory.id == m.id and r[0].components.cos == 0.0 and r[0].source == "lexical"
+    e.close()
+
+
+def test_without_an_embedder_dedup_matches_the_same_text(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    """No vectors, so no cosine: the same text but for case, white space and punctuation is the
+    duplicate, under the rules the vector path keeps (type, owner, level, visibility, order)."""
+    e = make_engine(memory_embedder=None)
+    a = e.agent("alice")
+    first = a.remember("The deploy key rotates weekly.")
+    again = a.remember("the deploy key  rotates weekly")
+    assert again.id == first.id and again.access_count == 2 and again.strength == 1  # reinforced
+    assert a.remember("The deploy key rotates monthly.").id != first.id  # another text
+    assert a.remember("The deploy key rotates weekly.", type="skill").id != first.id  # another type
+    shared = a.remember("The deploy key rotates weekly.", shared=True)
+    assert shared.id != first.id and shared.owner == ""  # another owner: the shared copy is new
+    assert a.remember("The deploy key rotates weekly.", dedup=False).id != first.id
+    # A match must be at or above the new text's level: a public copy does not absorb a secret one.
+    secret = a.remember("The deploy key rotates weekly.", confidentiality=Confidentiality.RESTRICTED)
+    assert secret.id != first.id and secret.confidentiality == Confidentiality.RESTRICTED
+    # What the writer cannot see is never its match.
+    hidden = a.remember("a restricted sentence", confidentiality=Confidentiality.RESTRICTED)
+    capped = e.agent("alice", cap=Confidentiality.INTERNAL)
+    assert capped.remember("a restricted sentence").id != hidden.id
+    assert e.agent("bob").remember("the deploy key rotates weekly").id != first.id  # alice's private one
+    assert e.agent("bob").remember("the deploy key rotates weekly", shared=True).id == shared.id
+    # A todo is a new commitment each time it is said.
+    t1, t2 = a.remember("renew the cert", type="todo"), a.remember("renew the cert", type="todo")
+    assert t1.id != t2.id
+    # Within one batch, as one call at a time: the second copy merges into the first of the batch.
+    batch = a.remember_many(
+        [{"content": "ship it friday"}, {"content": "ship it,  friday!"}, {"content": "ship it monday"}]
+    )
+    assert batch[0].id == batch[1].id != batch[2].id
     e.close()
 
 

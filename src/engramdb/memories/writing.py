@@ -196,7 +196,11 @@ def _remember_prepared(
     store = rt.store
     if not force:
         _refuse_forgotten(rt, who, prepared)
-    stored, earlier = _duplicates(rt, who, prepared, vectors) if dedup and vectors is not None else ({}, {})
+    stored, earlier = (
+        ({}, {})
+        if not dedup
+        else (_duplicates(rt, who, prepared, vectors) if vectors is not None else _same_text(rt, who, prepared))
+    )
     if not stored and not earlier:
         return _insert(rt, who, prepared, vectors, now)[1]
     kept = [i for i in range(len(prepared)) if i not in stored and i not in earlier]
@@ -286,6 +290,49 @@ def _duplicates(
             earlier[j] = ref
         if j in stored or j in earlier:
             batch.merged(j)
+    return stored, earlier
+
+
+def _same_text(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> tuple[dict[int, int], dict[int, int]]:
+    """`_duplicates` without vectors (no embedder): an item's match is a visible memory of its
+    type, owner and tenant at or above its level whose text is the same but for case, white
+    space and punctuation (`content_hash`), the oldest first, else an earlier kept item of the
+    batch; the same result as its cosine-1 match would give. Texts that only mean the same are
+    not matched: that takes an embedder."""
+    asked = [i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED]
+    if not asked:
+        return {}, {}
+    found: dict[tuple[str, str, str], list[tuple[int, int, str]]] = {}  # (hash, type, owner): (key, level, text)
+    for n, digest, mtype, owner, level, text in rt.store.memories.same_content(
+        who.visibility(), [prepared[i]["hash"] for i in asked]
+    ):
+        found.setdefault((digest, mtype, owner), []).append((n, level, text))
+    stored: dict[int, int] = {}
+    earlier: dict[int, int] = {}
+    kept: dict[tuple[str, str, str], list[int]] = {}  # earlier items of the batch not merged
+    for j in asked:  # in order, as one call at a time: the stored memory first (older), then the batch
+        p = prepared[j]
+        key = (p["hash"], p["type"].value, p["owner"])
+        level = int(p["level"])
+        match = next(
+            (n for n, lvl, text in found.get(key, ()) if lvl >= level and says_nothing_new(p["content"], text)), None
+        )
+        if match is not None:
+            stored[j] = match
+            continue
+        twin = next(
+            (
+                i
+                for i in kept.get(key, ())
+                if level <= int(prepared[i]["level"]) <= int(who.cap)
+                and says_nothing_new(p["content"], prepared[i]["content"])
+            ),
+            None,
+        )
+        if twin is not None:
+            earlier[j] = twin
+        else:
+            kept.setdefault(key, []).append(j)
     return stored, earlier
 
 

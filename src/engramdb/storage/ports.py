@@ -190,6 +190,8 @@ IndexRow: TypeAlias = tuple[
 VectorRow: TypeAlias = tuple[int, int, str, str, int, int, float | None, float | None, str, bytes | None]
 #: A memory's vector for reflection: (key, owner, type, confidentiality, vector).
 ScopeVector: TypeAlias = tuple[int, str, str, int, bytes]
+#: A memory whose text may repeat a new one's: (key, content hash, type, owner, confidentiality, content).
+ContentMatch: TypeAlias = tuple[int, str, str, str, int, str]
 #: A memory for rescoring: (key, importance, salience, ring, old_count, old_newest, old_oldest).
 RescoreRow: TypeAlias = tuple[int, float, float, bytes | None, int, float | None, float | None]
 
@@ -223,6 +225,12 @@ class MemoryRows(Protocol):
 
     def contents(self, keys: Sequence[int]) -> dict[int, str]:
         """The content of each of `keys` (already seen through a visibility)."""
+        ...
+
+    def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
+        """The memories `vis` shows whose content hash (`memories.text.content_hash`) is one of
+        `hashes`, lowest key first: what dedup on write compares a new text with when there are
+        no vectors (through the ``(tenant, content_hash)`` index)."""
         ...
 
     def listing(self, vis: Visibility) -> list[Memory]:

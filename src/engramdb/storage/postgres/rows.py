@@ -18,6 +18,7 @@ from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
     ContentChange,
+    ContentMatch,
     Fold,
     IndexRow,
     NewMemory,
@@ -281,6 +282,18 @@ class PgMemoryRows:
             return {}
         rows = self._fetch(KEYS, f"SELECT n, content FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
         return {int(n): str(c) for n, c in rows}
+
+    def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
+        if not hashes:
+            return []
+        pred, params = predicate(vis)
+        rows = self._fetch(
+            vis.tenant,
+            f"SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content FROM {M} m "  # noqa: S608 - engine table names and predicates, values bound
+            f"WHERE m.content_hash = ANY(%(hashes)s) AND {pred} ORDER BY m.n",
+            dict(params, hashes=sorted(set(hashes))),
+        )
+        return [(int(n), str(h), str(t), str(o), int(c), str(text)) for n, h, t, o, c, text in rows]
 
     def listing(self, vis: Visibility) -> list[Memory]:
         pred, params = predicate(vis)

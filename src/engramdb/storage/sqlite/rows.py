@@ -19,6 +19,7 @@ from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
     ContentChange,
+    ContentMatch,
     Fold,
     IndexRow,
     NewMemory,
@@ -275,6 +276,24 @@ class SqliteMemoryRows:
         marks = ",".join("?" * len(keys))
         sql = f"SELECT n, content FROM engram_memories WHERE n IN ({marks})"  # noqa: S608 - placeholders only
         return {int(n): str(c) for n, c in self._db().execute(sql, tuple(keys))}
+
+    @translated
+    def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
+        pred, params = predicate(vis)
+        db = self._db()
+        out: list[ContentMatch] = []
+        unique = sorted(set(hashes))
+        for start in range(0, len(unique), _CHUNK):
+            marks, named = _named("h", unique[start : start + _CHUNK])
+            sql = (
+                "SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content FROM engram_memories m "  # noqa: S608 - engine-built fragments, values bound
+                f"WHERE m.content_hash IN ({marks}) AND {pred}"
+            )
+            out.extend(
+                (int(n), str(h), str(t), str(o), int(c), str(text))
+                for n, h, t, o, c, text in db.execute(sql, dict(params, **named))
+            )
+        return sorted(out)
 
     @translated
     def listing(self, vis: Visibility) -> list[Memory]:

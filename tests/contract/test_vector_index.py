@@ -545,6 +545,24 @@ def test_ann_few_query_nearest_walks_a_centroid_graph(monkeypatch: pytest.Monkey
     for i in range(0, 300, 7):  # each went into the list the graph found for it
         ids = faiss.rev_swig_ptr(invlists.get_ids(found[i]), invlists.list_size(found[i]))
         assert graph.row_of(int(extra_keys[i])) in ids.tolist()
+    # Vectors no `nearest` was asked about (a todo, dedup off): a few find their list through the
+    # graph, many through the exact scoring of every centroid (BLAS, cheaper per vector).
+    unseen = clustered(80, seed=11)
+    graph.upsert(np.arange(2 * 10**6, 2 * 10**6 + 80, dtype=np.int64), unseen)
+    monkeypatch.setattr(ann, "_GRAPH_ASSIGN", 64)
+    graph._flush()
+    assert scored == [80]  # more than 64: every centroid scored
+    assert graph._graph is not None
+    monkeypatch.setattr(quantizer, "search", search)
+    few = clustered(40, seed=12)
+    few_keys = np.arange(3 * 10**6, 3 * 10**6 + 40, dtype=np.int64)
+    walked: list[int] = []
+    hnsw = type(graph._graph)
+    walk = hnsw.search
+    monkeypatch.setattr(hnsw, "search", lambda self, x, k, **kw: walked.append(len(x)) or walk(self, x, k, **kw))
+    graph.upsert(few_keys, few)
+    graph._flush()
+    assert walked == [40] and graph._ivf.ntotal == held + 300 + 80 + 40
     graph.rebuild()
     assert graph._graph is None
 

@@ -462,6 +462,16 @@ def test_ann_pending_vectors_are_found_and_flushed_in_one_add() -> None:
     index.upsert(keys[556:], vecs[556:])
     index.upsert(keys[300 + _PENDING_ROWS - 1 : 556], vecs[300 + _PENDING_ROWS - 1 : 556])
     assert index._ivf.ntotal + len(index._pending) == len(index) == 600
+    # A pending row written again is held once, with its new vector (scored as written).
+    held = len(index._pending)
+    index.upsert(keys[598:599], vecs[10:11])
+    index.upsert(keys[598:599], vecs[20:21])
+    assert len(index._pending) == held  # 598 was pending already
+    rows, scores = index.nearest(vecs[20][None, :], 2, exact=False)
+    assert index.row_of(598) in rows[0].tolist() and scores[0][0] == pytest.approx(1.0, abs=1e-5)
+    index._flush()
+    assert not index._pending and index._ivf.ntotal == 600
+    assert index.nearest(vecs[20][None, :], 2)[0][0].tolist().count(index.row_of(598)) == 1
 
 
 def test_ann_without_faiss_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

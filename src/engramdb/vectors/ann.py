@@ -164,6 +164,60 @@ def auto_nprobe(nlist: int) -> int:
     return max(1, min(nlist, math.ceil(4 * math.sqrt(nlist))))
 
 
+class _Pending:
+    """The rows whose current vector is not in the IVF yet, with that vector, in one float32 block
+    in the order they came: a single write's dedup lookup scores all of them against its query,
+    and gathering them from the matrix (dequantised once compact) at each call cost ~0.1 ms of a
+    ~1.4 ms `remember` at 1M memories."""
+
+    __slots__ = ("_n", "_rows", "_slot", "_vecs")
+
+    def __init__(self, dim: int) -> None:
+        self._slot: dict[int, int] = {}  # row: its place in the block
+        self._rows = np.zeros(0, dtype=np.int64)
+        self._vecs = np.zeros((0, dim), dtype=np.float32)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __contains__(self, row: int) -> bool:
+        return row in self._slot
+
+    def put(self, rows: list[int], vecs: npt.NDArray[np.float32]) -> None:
+        """Hold `vecs` as the vectors of `rows` (a row held already gets its new vector)."""
+        need = self._n + len(rows)
+        if need > len(self._rows):
+            cap = max(need, 2 * len(self._rows), _PENDING_ROWS)
+            grown = np.zeros((cap, self._vecs.shape[1]), dtype=np.float32)
+            grown[: self._n] = self._vecs[: self._n]
+            self._vecs = grown
+            self._rows = np.concatenate([self._rows[: self._n], np.zeros(cap - self._n, dtype=np.int64)])
+        slot, vectors, held = self._slot, self._vecs, self._rows
+        for row, vec in zip(rows, vecs, strict=True):
+            at = slot.get(row)
+            if at is None:
+                at = slot[row] = self._n
+                held[at] = row
+                self._n += 1
+            vectors[at] = vec
+
+    def rows(self) -> npt.NDArray[np.int64]:
+        """The rows held, in the order they came (a copy)."""
+        return self._rows[: self._n].copy()
+
+    def vectors(self) -> npt.NDArray[np.float32]:
+        """Their vectors, in the same order (a view: read it before the next `put` or `clear`)."""
+        return self._vecs[: self._n]
+
+    def clear(self) -> None:
+        self._slot.clear()
+        self._n = 0
+        if len(self._rows) > 4 * _PENDING_ROWS:  # after a large batch: give its block back
+            self._rows = np.zeros(0, dtype=np.int64)
+            self._vecs = np.zeros((0, self._vecs.shape[1]), dtype=np.float32)
+
+
 class AnnIndex(ExactIndex):
     """A `VectorIndex` that answers large searches from a faiss IVF index (see the module docstring).
 
@@ -240,7 +294,7 @@ class AnnIndex(ExactIndex):
         self._nlist = 0
         self._generation = 0  # IVF builds by this instance
         # Rows whose current vector is not in the IVF yet, with that vector (see `_PENDING_ROWS`).
-        self._pending: dict[int, npt.NDArray[np.float32]] = {}
+        self._pending = _Pending(dim)
         # The IVF list of vectors `nearest` was asked about (by their bytes): dedup asks about
         # every new memory's vector just before it is stored, so its add needs no second coarse
         # search (at 1M memories 1,000 vectors against 4,096 centroids cost 35-80 ms).
@@ -302,8 +356,7 @@ class AnnIndex(ExactIndex):
             in_ivf = [r for r in replaced if r not in pending]
             if in_ivf:
                 self._ivf.remove_ids(self._faiss.IDSelectorArray(np.asarray(in_ivf, dtype=np.int64)))
-            for row, vec in zip(rows.tolist(), np.asarray(batch, dtype=np.float32), strict=True):
-                pending[row] = vec
+            pending.put(rows.tolist(), np.asarray(batch, dtype=np.float32))
             if len(pending) >= _PENDING_ROWS:
                 self._flush()
         elif self._bulk == 0 and self._due():
@@ -315,8 +368,8 @@ class AnnIndex(ExactIndex):
         if not self._pending or self._ivf is None:
             self._pending.clear()
             return
-        rows = np.fromiter(self._pending.keys(), dtype=np.int64, count=len(self._pending))
-        vecs = np.ascontiguousarray(np.stack(list(self._pending.values())), dtype=np.float32)
+        rows = self._pending.rows()
+        vecs = np.ascontiguousarray(self._pending.vectors(), dtype=np.float32)
         lists = self._lists
         assign = np.fromiter((lists.pop(v.tobytes(), -1) for v in vecs), dtype=np.int64, count=len(vecs))
         with self._threads(0):
@@ -333,7 +386,7 @@ class AnnIndex(ExactIndex):
         self._pending.clear()
 
     def _pending_rows(self) -> npt.NDArray[np.int64]:
-        return np.fromiter(self._pending.keys(), dtype=np.int64, count=len(self._pending))
+        return self._pending.rows()
 
     @contextlib.contextmanager
     def bulk(self) -> Iterator[None]:
@@ -398,7 +451,7 @@ class AnnIndex(ExactIndex):
             # The pending rows, scored exactly, compete with the IVF's candidates for the top-k.
             extra = self._pending_rows()
             ids = np.concatenate([ids, np.broadcast_to(extra, (len(q), len(extra)))], axis=1)
-            vecs = self._get(extra)
+            vecs = self._pending.vectors()  # as written (float32), not dequantised from the matrix
             # A few queries: numpy's own kernel, not BLAS (see `_dot`); a batch: BLAS.
             exact_scores = np.einsum("qd,pd->qp", q, vecs) if len(q) <= 4 else q @ vecs.T
             scores = np.concatenate([np.where(ids[:, :wanted] >= 0, scores, -np.inf), exact_scores], axis=1)

@@ -193,7 +193,7 @@ class Agent:
 
         With `dedup` (default), a memory within cosine `engine.dedup_threshold` (0.92) of a visible
         one of the same type, owner and tenant, at or above its confidentiality, *that adds nothing
-        to it* (its words, numbers and names are already there), reinforces that one (logged
+        to it* (its words, numbers, names and entities are already there), reinforces that one (logged
         ``reinforced``) and that one is returned. Without an embedder the match is a text that is
         the same but for case, white space and punctuation. Content that was deliberately forgotten
         raises `Forgotten` unless `force`.

@@ -106,7 +106,7 @@ def test_many_listing_and_visible_ids(backend: Backend, store: Store) -> None:
     assert backend.memories.visible_keys(ALICE, keys=[keys[1], keys[2]]) == [keys[2]]
     assert backend.memories.visible_keys(ALICE, types=["skill"]) == []
     assert backend.memories.names(keys[:1]) == {keys[0]: (ms[0].id, "")}
-    assert backend.memories.contents(keys[1:2]) == {keys[1]: ms[1].content}
+    assert backend.memories.contents(keys[1:2]) == {keys[1]: (ms[1].content, ())}
     assert backend.memories.key_of("default", ms[1].id) == keys[1]
     assert backend.memories.key_of("other", ms[1].id) is None
 
@@ -114,7 +114,7 @@ def test_many_listing_and_visible_ids(backend: Backend, store: Store) -> None:
 def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, store: Store) -> None:
     text = "The Deploy key rotates weekly."
     ms = [
-        memory(content=text),  # alice's own
+        memory(content=text, entities=("Dana",)),  # alice's own
         memory(content="the deploy key rotates weekly", owner="", type=MemoryType.SKILL),  # shared: same hash
         memory(content=text, owner="bob"),  # another agent's private memory
         memory(content=text, confidentiality=Confidentiality.RESTRICTED),  # above the cap
@@ -128,8 +128,8 @@ def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, 
     seen = Visibility("default", "alice", Confidentiality.INTERNAL)
     got = backend.memories.same_content(seen, [digest, digest, content_hash("nothing like it")])
     assert got == [
-        (keys[0], digest, "info", "alice", 0, text),
-        (keys[1], digest, "skill", "", 0, "the deploy key rotates weekly"),
+        (keys[0], digest, "info", "alice", 0, text, ("Dana",)),
+        (keys[1], digest, "skill", "", 0, "the deploy key rotates weekly", ()),
     ]  # lowest key first; the visibility is inside the query
     assert [r[0] for r in backend.memories.same_content(Visibility("default", "bob"), [digest])] == [keys[1], keys[2]]
     assert backend.memories.same_content(seen, []) == []

@@ -295,6 +295,11 @@ def test_without_an_embedder_dedup_matches_the_same_text(make_engine: Callable[.
     assert capped.remember("a restricted sentence").id != hidden.id
     assert e.agent("bob").remember("the deploy key rotates weekly").id != first.id  # alice's private one
     assert e.agent("bob").remember("the deploy key rotates weekly", shared=True).id == shared.id
+    # The same words about another person are another fact; about the same one, the same.
+    dana = a.remember("Went to the dentist on Monday.", entities=["Dana"])
+    assert a.remember("went to the dentist on monday", entities=["Lee"]).id != dana.id
+    assert a.remember("went to the dentist on Monday", entities=["DANA"]).id == dana.id
+    assert a.remember("went to the dentist on Monday", entities=[]).id == dana.id  # names no one new
     # A todo is a new commitment each time it is said.
     t1, t2 = a.remember("renew the cert", type="todo"), a.remember("renew the cert", type="todo")
     assert t1.id != t2.id
@@ -303,6 +308,20 @@ def test_without_an_embedder_dedup_matches_the_same_text(make_engine: Callable[.
         [{"content": "ship it friday"}, {"content": "ship it,  friday!"}, {"content": "ship it monday"}]
     )
     assert batch[0].id == batch[1].id != batch[2].id
+    e.close()
+
+
+def test_dedup_keeps_the_same_words_about_another_entity_apart(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    e = make_engine(memory_embedder=HashingEmbedder(dim=64))
+    a = e.agent("alice")
+    mel = a.remember("went on a camping trip with the kids", entities=["Melanie"])
+    car = a.remember("went on a camping trip with the kids", entities=["Caroline"])
+    assert car.id != mel.id and car.entities == ("Caroline",)
+    assert a.remember("went on a camping trip with the kids", entities=["melanie"]).id == mel.id
+    batch = a.remember_many(
+        [{"content": "flew to Oslo", "entities": ["Ann"]}, {"content": "flew to Oslo", "entities": ["Bo"]}]
+    )
+    assert batch[0].id != batch[1].id
     e.close()
 
 

@@ -373,7 +373,7 @@ def test_the_visibility_predicate_admits_the_same_memories_on_both_backends(url:
         def admitted(eng: DynamicMemoryEngine, vis: Visibility) -> set[str]:
             backend: Any = eng.backend
             keys = backend.memories.visible_keys(vis)
-            return {content for content in backend.memories.contents(keys).values()}
+            return {content for content, _ in backend.memories.contents(keys).values()}
 
         checked, answers = 0, set[frozenset[str]]()
         for tenant, reader, cap, as_of, cross, archived, own in itertools.product(

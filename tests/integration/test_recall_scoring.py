@@ -61,8 +61,8 @@ def _two_days(make_engine: MakeEngine, clock: FixedClock, **cfg: float) -> tuple
         "20th": a.remember(
             "Jolene asked Deb for help", created_at=dt.datetime(2023, 3, 20, 9, tzinfo=dt.UTC).timestamp()
         ).id,
-        "13th": a.remember(
-            "Jolene asked Deb for help", created_at=dt.datetime(2023, 3, 13, 9, tzinfo=dt.UTC).timestamp()
+        "13th": a.remember(  # the same text on purpose: not merged
+            "Jolene asked Deb for help", created_at=dt.datetime(2023, 3, 13, 9, tzinfo=dt.UTC).timestamp(), dedup=False
         ).id,
     }
     return e, ids
@@ -173,7 +173,7 @@ def _episode(make_engine: MakeEngine, clock: FixedClock, **cfg: float) -> tuple[
     ids = {
         "later": a.remember("the keys were slow", created_at=t0 + 3 * 86400).id,
         "match": a.remember("rotate the deploy keys on monday", created_at=t0).id,
-        "near": a.remember("the keys were slow", created_at=t0 + 60).id,
+        "near": a.remember("the keys were slow", created_at=t0 + 60, dedup=False).id,  # the same text on purpose
     }
     return e, ids
 
@@ -245,7 +245,7 @@ def test_one_batch_is_not_an_episode(make_engine: MakeEngine, clock: FixedClock)
     a = e.agent("alice")
     match, _ = a.remember_many([{"content": "rotate the deploy keys on monday"}, {"content": "the keys were slow"}])
     clock.advance(60)
-    after = a.remember("the keys were slow").id  # a minute later: contiguous with the match
+    after = a.remember("the keys were slow", dedup=False).id  # a minute later: contiguous with the match
     by = {h.memory_id: h.components for h in a.explain("rotate deploy keys", k=3, hops=0).hits}
     batch_mate = next(mid for mid in by if mid not in (match.id, after))
     assert by[batch_mate].ctx == pytest.approx(by[batch_mate].rel)

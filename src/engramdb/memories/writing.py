@@ -36,7 +36,7 @@ from engramdb.memories.triggers import TRIGGER_KIND, parse_trigger
 from engramdb.observability import otel
 from engramdb.progress import Progress, report
 from engramdb.retrieval.budget import approx_tokens
-from engramdb.retrieval.keywords import cue_terms
+from engramdb.retrieval.keywords import cue_terms, entity_token
 from engramdb.storage.ports import ContentChange, NewMemory, RecallRecord, Stored, Touch
 
 
@@ -284,13 +284,24 @@ def _duplicates(
             continue
         _, in_store, ref = match
         if in_store:
-            if ref in texts and says_nothing_new(prepared[j]["content"], texts[ref]):
+            if ref in texts and _repeats(prepared[j], *texts[ref]):
                 stored[j] = ref
-        elif says_nothing_new(prepared[j]["content"], prepared[ref]["content"]):
+        elif _repeats(prepared[j], prepared[ref]["content"], prepared[ref]["entities"]):
             earlier[j] = ref
         if j in stored or j in earlier:
             batch.merged(j)
     return stored, earlier
+
+
+def _repeats(item: dict[str, Any], content: str, entities: Sequence[str]) -> bool:
+    """True when the new `item` says nothing a memory of `content` and `entities` does not: its
+    words, numbers and names are there (`says_nothing_new`), and so is every entity it names
+    (case, white space and punctuation aside) — the same words about another person are another
+    fact."""
+    if not says_nothing_new(item["content"], content):
+        return False
+    held = {entity_token(e) for e in entities}
+    return all(token is None or token in held for token in map(entity_token, item["entities"]))
 
 
 def _same_text(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> tuple[dict[int, int], dict[int, int]]:
@@ -302,11 +313,12 @@ def _same_text(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> t
     asked = [i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED]
     if not asked:
         return {}, {}
-    found: dict[tuple[str, str, str], list[tuple[int, int, str]]] = {}  # (hash, type, owner): (key, level, text)
-    for n, digest, mtype, owner, level, text in rt.store.memories.same_content(
+    # (hash, type, owner): (key, level, text, entities)
+    found: dict[tuple[str, str, str], list[tuple[int, int, str, tuple[str, ...]]]] = {}
+    for n, digest, mtype, owner, level, text, entities in rt.store.memories.same_content(
         who.visibility(), [prepared[i]["hash"] for i in asked]
     ):
-        found.setdefault((digest, mtype, owner), []).append((n, level, text))
+        found.setdefault((digest, mtype, owner), []).append((n, level, text, entities))
     stored: dict[int, int] = {}
     earlier: dict[int, int] = {}
     kept: dict[tuple[str, str, str], list[int]] = {}  # earlier items of the batch not merged
@@ -314,9 +326,7 @@ def _same_text(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> t
         p = prepared[j]
         key = (p["hash"], p["type"].value, p["owner"])
         level = int(p["level"])
-        match = next(
-            (n for n, lvl, text in found.get(key, ()) if lvl >= level and says_nothing_new(p["content"], text)), None
-        )
+        match = next((n for n, lvl, text, ents in found.get(key, ()) if lvl >= level and _repeats(p, text, ents)), None)
         if match is not None:
             stored[j] = match
             continue
@@ -325,7 +335,7 @@ def _same_text(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> t
                 i
                 for i in kept.get(key, ())
                 if level <= int(prepared[i]["level"]) <= int(who.cap)
-                and says_nothing_new(p["content"], prepared[i]["content"])
+                and _repeats(p, prepared[i]["content"], prepared[i]["entities"])
             ),
             None,
         )

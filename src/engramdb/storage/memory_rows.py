@@ -31,7 +31,8 @@ def _member(members: dict[Any, Any], enum: Any, value: Any) -> Any:
     return enum(value) if found is None else found
 
 
-def _labels(text: str) -> tuple[str, ...]:
+def labels(text: str) -> tuple[str, ...]:
+    """Tags or entities as stored (JSON text) as a tuple."""
     return tuple(json.loads(text)) if text and text != "[]" else ()  # most have none: no parse
 
 
@@ -50,8 +51,8 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
         type=_member(_TYPES, MemoryType, mtype),
         title=title,
         content=content,
-        tags=_labels(tags),
-        entities=_labels(entities),
+        tags=labels(tags),
+        entities=labels(entities),
         n_chars=n_chars,
         n_tokens=n_tokens,
         n_sentences=n_sent,

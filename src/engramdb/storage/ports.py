@@ -190,8 +190,9 @@ IndexRow: TypeAlias = tuple[
 VectorRow: TypeAlias = tuple[int, int, str, str, int, int, float | None, float | None, str, bytes | None]
 #: A memory's vector for reflection: (key, owner, type, confidentiality, vector).
 ScopeVector: TypeAlias = tuple[int, str, str, int, bytes]
-#: A memory whose text may repeat a new one's: (key, content hash, type, owner, confidentiality, content).
-ContentMatch: TypeAlias = tuple[int, str, str, str, int, str]
+#: A memory whose text may repeat a new one's: (key, content hash, type, owner, confidentiality,
+#: content, entities).
+ContentMatch: TypeAlias = tuple[int, str, str, str, int, str, tuple[str, ...]]
 #: A memory for rescoring: (key, importance, salience, ring, old_count, old_newest, old_oldest).
 RescoreRow: TypeAlias = tuple[int, float, float, bytes | None, int, float | None, float | None]
 
@@ -223,8 +224,9 @@ class MemoryRows(Protocol):
         """(id, title) of each of `keys` (already seen through a visibility)."""
         ...
 
-    def contents(self, keys: Sequence[int]) -> dict[int, str]:
-        """The content of each of `keys` (already seen through a visibility)."""
+    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
+        """The content and entities of each of `keys` (already seen through a visibility): what
+        dedup compares a new memory with."""
         ...
 
     def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:

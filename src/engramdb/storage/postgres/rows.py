@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from engramdb.memories.model import Confidentiality, Memory, MemoryRef, TodoStatus, Visibility
-from engramdb.storage.memory_rows import MEMORY_COLUMNS, TAGS_JSON, listing_filter, row_to_memory
+from engramdb.storage.memory_rows import MEMORY_COLUMNS, TAGS_JSON, labels, listing_filter, row_to_memory
 from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
@@ -277,11 +277,11 @@ class PgMemoryRows:
         rows = self._fetch(KEYS, f"SELECT n, id, title FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
         return {int(n): (str(mid), str(title)) for n, mid, title in rows}
 
-    def contents(self, keys: Sequence[int]) -> dict[int, str]:
+    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
         if not keys:
             return {}
-        rows = self._fetch(KEYS, f"SELECT n, content FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
-        return {int(n): str(c) for n, c in rows}
+        rows = self._fetch(KEYS, f"SELECT n, content, entities FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
+        return {int(n): (str(c), labels(e)) for n, c, e in rows}
 
     def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
         if not hashes:
@@ -289,11 +289,11 @@ class PgMemoryRows:
         pred, params = predicate(vis)
         rows = self._fetch(
             vis.tenant,
-            f"SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content FROM {M} m "  # noqa: S608 - engine table names and predicates, values bound
+            f"SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content, m.entities FROM {M} m "  # noqa: S608 - engine table names and predicates, values bound
             f"WHERE m.content_hash = ANY(%(hashes)s) AND {pred} ORDER BY m.n",
             dict(params, hashes=sorted(set(hashes))),
         )
-        return [(int(n), str(h), str(t), str(o), int(c), str(text)) for n, h, t, o, c, text in rows]
+        return [(int(n), str(h), str(t), str(o), int(c), str(text), labels(e)) for n, h, t, o, c, text, e in rows]
 
     def listing(self, vis: Visibility) -> list[Memory]:
         pred, params = predicate(vis)

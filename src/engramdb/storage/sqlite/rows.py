@@ -14,7 +14,7 @@ from engramdb.memories.model import (
     TodoStatus,
     Visibility,
 )
-from engramdb.storage.memory_rows import MEMORY_COLUMNS, TAGS_JSON, listing_filter, row_to_memory
+from engramdb.storage.memory_rows import MEMORY_COLUMNS, TAGS_JSON, labels, listing_filter, row_to_memory
 from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
@@ -270,12 +270,12 @@ class SqliteMemoryRows:
         return {int(n): (str(mid), str(title)) for n, mid, title in self._db().execute(sql, tuple(keys))}
 
     @translated
-    def contents(self, keys: Sequence[int]) -> dict[int, str]:
+    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
         if not keys:
             return {}
         marks = ",".join("?" * len(keys))
-        sql = f"SELECT n, content FROM engram_memories WHERE n IN ({marks})"  # noqa: S608 - placeholders only
-        return {int(n): str(c) for n, c in self._db().execute(sql, tuple(keys))}
+        sql = f"SELECT n, content, entities FROM engram_memories WHERE n IN ({marks})"  # noqa: S608 - placeholders only
+        return {int(n): (str(c), labels(e)) for n, c, e in self._db().execute(sql, tuple(keys))}
 
     @translated
     def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
@@ -286,12 +286,12 @@ class SqliteMemoryRows:
         for start in range(0, len(unique), _CHUNK):
             marks, named = _named("h", unique[start : start + _CHUNK])
             sql = (
-                "SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content FROM engram_memories m "  # noqa: S608 - engine-built fragments, values bound
+                "SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content, m.entities FROM engram_memories m "  # noqa: S608 - engine-built fragments, values bound
                 f"WHERE m.content_hash IN ({marks}) AND {pred}"
             )
             out.extend(
-                (int(n), str(h), str(t), str(o), int(c), str(text))
-                for n, h, t, o, c, text in db.execute(sql, dict(params, **named))
+                (int(n), str(h), str(t), str(o), int(c), str(text), labels(e))
+                for n, h, t, o, c, text, e in db.execute(sql, dict(params, **named))
             )
         return sorted(out)
 

@@ -133,6 +133,15 @@ def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, 
     ]  # lowest key first; the visibility is inside the query
     assert [r[0] for r in backend.memories.same_content(Visibility("default", "bob"), [digest])] == [keys[1], keys[2]]
     assert backend.memories.same_content(seen, []) == []
+    # The memories whose text another visible one repeats (the archived and the hidden never count).
+    assert backend.memories.repeated_content(seen) == [
+        (keys[0], digest, "alice", "info"),
+        (keys[1], digest, "", "skill"),
+    ]
+    assert [r[0] for r in backend.memories.repeated_content(Visibility("default", "bob"))] == [keys[1], keys[2]]
+    assert (
+        backend.memories.repeated_content(Visibility("default", "carol", Confidentiality.PUBLIC, own_only=True)) == []
+    )
 
 
 def test_page_filters_counts_and_pages_inside_the_query(backend: Backend, store: Store) -> None:

@@ -425,17 +425,31 @@ def test_restore_is_for_archived_memories_this_agent_may_write(eng: DynamicMemor
         alice.restore(gone.id)
 
 
-def test_without_an_embedder_merge_and_link_are_skipped(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+def test_without_an_embedder_merge_takes_only_the_same_text_and_link_is_skipped(
+    make_engine: Callable[..., DynamicMemoryEngine],
+) -> None:
     with make_engine("plain", memory_embedder=None) as plain:
         me = plain.agent("alice")
         old = put(me, "The office wifi password is tulip42")
         new = put(me, "The office wifi password is orchid77")
         me.link(new.id, old.id, "contradicts")
-        put(me, KEY)
-        put(me, DUP)
+        key = put(me, KEY)
+        dup = put(me, DUP)  # the same text but for case and punctuation (put stores it: dedup off)
+        again = put(me, KEY, importance=9)
+        shared = put(me, KEY, shared=True)  # another owner: never merged with alice's own
+        bob = plain.agent("bob")
+        theirs = put(bob, KEY)  # another agent's: not in alice's scope
+        merged = Reflector(me).merge()
+        assert merged.merged == 2 and "same text" in (merged.step("merge").note or "")
+        survivor = me.get(key.id, touch=False)
+        assert not survivor.archived and survivor.importance == 9.0  # the oldest keeps, the highest scores
+        assert me.get(dup.id, touch=False).archived and me.get(again.id, touch=False).archived
+        assert not me.get(shared.id, touch=False).archived and not bob.get(theirs.id, touch=False).archived
+        assert edges_of(me, key.id, EdgeType.REFINES) == sorted(
+            [(dup.id, key.id, "refines", 1.0), (again.id, key.id, "refines", 1.0)]
+        )
         report = Reflector(me, reconciler=FakeReconciler()).reflect()
-        for step in ("merge", "link"):
-            assert "no memory embedder" in (report.step(step).skipped or "")
+        assert report.merged == 0 and "no memory embedder" in (report.step("link").skipped or "")
         assert report.reconciled == 1 and "contradicts edges only" in (report.step("reconcile").note or "")
         assert report.rescored > 0
 

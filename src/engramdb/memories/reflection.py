@@ -43,8 +43,9 @@ SQLite an OS file lock beside the database, which the OS releases when its proce
 crash never leaves a stale lock).
 
 **Vectors.** Steps 1–3 read the stored vectors of the engine's memory embedder (those of its
-model name). Without an embedder, merge and link are skipped and reconcile clusters
-on ``contradicts`` edges only. Cosine thresholds assume an isotropic space; a mean-pooled static
+model name). Without an embedder, merge folds only memories of the same text (case, white
+space and punctuation aside: `content_hash`, as dedup on write does then), link is skipped
+and reconcile clusters on ``contradicts`` edges only. Cosine thresholds assume an isotropic space; a mean-pooled static
 embedding puts unrelated sentences at cosine ~0.9 (0.77 mean over the probe set below, 0.89 over
 the benchmark corpus), where 0.95 would merge distinct facts. So the embedder is calibrated once
 on a fixed, diverse probe set: when its probes' mean pairwise cosine exceeds
@@ -326,8 +327,7 @@ class Reflector:
         tally = _Tally("merge")
         vecs = self._vectors(run)
         if vecs is None:
-            tally.skipped = "no memory embedder: merging near-duplicates needs vectors"
-            return tally
+            return self._merge_same_text(run, stop, tally)
         tally.note = vecs.note
         gone: set[int] = set()
         for rows in vecs.groups(lambda r: (vecs.owners[r], vecs.types[r])):
@@ -347,6 +347,32 @@ class Reflector:
                 if dup is not None:
                     gone.add(dup)
                     tally.changed += 1
+        return tally
+
+    def _merge_same_text(self, run: _Run, stop: Callable[[], bool], tally: _Tally) -> _Tally:
+        """Without vectors, only the memories whose text is the same but for case, white space and
+        punctuation (`content_hash`, as dedup on write without an embedder): per owner and type,
+        each is folded into the first of the others it can be (the same rules as a near-duplicate:
+        `_merge_pair`)."""
+        tally.note = "no memory embedder: only memories of the same text (content_hash) are merged"
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        for n, digest, owner, mtype in self.rt.store.memories.repeated_content(self._scope(run)):
+            groups.setdefault((digest, owner, mtype), []).append(n)
+        for ns in groups.values():
+            kept: list[int] = []  # the group's survivors so far, oldest first
+            for n in ns:
+                for i, k in enumerate(kept):
+                    if stop():
+                        tally.interrupted = True
+                        return tally
+                    tally.examined += 1
+                    dup = self._merge_pair(run, k, n)
+                    if dup is not None:
+                        tally.changed += 1
+                        kept[i] = n if dup == k else k  # the newer survives when only it holds every fact
+                        break
+                else:
+                    kept.append(n)
         return tally
 
     def _merge_pair(self, run: _Run, older: int, newer: int) -> int | None:

@@ -235,6 +235,12 @@ class MemoryRows(Protocol):
         no vectors (through the ``(tenant, content_hash)`` index)."""
         ...
 
+    def repeated_content(self, vis: Visibility) -> list[tuple[int, str, str, str]]:
+        """(key, content hash, owner, type) of each memory `vis` shows whose content hash another
+        memory `vis` shows shares, lowest key first: what reflection merges when there are no
+        vectors."""
+        ...
+
     def listing(self, vis: Visibility) -> list[Memory]:
         """Every memory `vis` shows, oldest (lowest key) first; husks of forgotten memories excluded."""
         ...

@@ -295,6 +295,16 @@ class PgMemoryRows:
         )
         return [(int(n), str(h), str(t), str(o), int(c), str(text), labels(e)) for n, h, t, o, c, text, e in rows]
 
+    def repeated_content(self, vis: Visibility) -> list[tuple[int, str, str, str]]:
+        pred, params = predicate(vis)
+        rows = self._fetch(
+            vis.tenant,
+            f"SELECT m.n, m.content_hash, m.owner, m.type FROM {M} m WHERE {pred} AND m.content_hash IN "  # noqa: S608 - engine table names and predicates, values bound
+            f"(SELECT m.content_hash FROM {M} m WHERE {pred} GROUP BY m.content_hash HAVING count(*) > 1) ORDER BY m.n",
+            params,
+        )
+        return [(int(n), str(h), str(o), str(t)) for n, h, o, t in rows]
+
     def listing(self, vis: Visibility) -> list[Memory]:
         pred, params = predicate(vis)
         rows = self._fetch(

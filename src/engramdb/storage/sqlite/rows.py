@@ -296,6 +296,16 @@ class SqliteMemoryRows:
         return sorted(out)
 
     @translated
+    def repeated_content(self, vis: Visibility) -> list[tuple[int, str, str, str]]:
+        pred, params = predicate(vis)
+        sql = (
+            "SELECT m.n, m.content_hash, m.owner, m.type FROM engram_memories m "  # noqa: S608 - engine-built fragments, values bound
+            f"WHERE {pred} AND m.content_hash IN (SELECT m.content_hash FROM engram_memories m WHERE {pred} "
+            "GROUP BY m.content_hash HAVING count(*) > 1) ORDER BY m.n"
+        )
+        return [(int(n), str(h), str(o), str(t)) for n, h, o, t in self._db().execute(sql, params)]
+
+    @translated
     def listing(self, vis: Visibility) -> list[Memory]:
         pred, params = predicate(vis)
         rows = (

@@ -192,6 +192,36 @@ def test_temporal_context_is_the_best_anchor_faded_by_time_apart() -> None:
     assert temporal_context([2], [0.0], [1, 2], [0.0, 0.0], [1.0, 0.3], 900.0) == [pytest.approx(0.3)]
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 30), st.sampled_from([0.0, 1.0, 5.0, 60.0, 900.0, 86_400.0, 650_000.0, 671_000.0, 1e7])
+        ),
+        max_size=40,
+    ),
+    st.lists(st.sampled_from([0.0, 1e-300, 0.25, 0.5, 1.0, 0.3333333333333333]), min_size=40, max_size=40),
+    st.sampled_from([1.0, 900.0, 3600.0]),
+    st.integers(0, 40),
+)
+def test_temporal_context_over_near_pairs_is_the_dense_form_bit_for_bit(
+    made: list[tuple[int, float]], rels: list[float], tau: float, n_anchors: int
+) -> None:
+    import numpy as np
+
+    # times on a coarse grid (ties: same-batch pairs) spread over months (pairs past the underflow,
+    # and some just inside it: 650,000 s is 722 τ at τ = 900 s)
+    keys = np.asarray([k for k, _ in made], dtype=np.int64)
+    times = np.cumsum([dt for _, dt in made]).astype(np.float64) + 1.7e9
+    anchors = slice(0, min(n_anchors, len(made)))
+    args = (keys, times, keys[anchors], times[anchors], np.asarray(rels[: len(keys[anchors])]), tau)
+    if not len(times) or not len(times[anchors]):
+        return
+    near = scoring._near_context(*args)
+    dense = scoring._dense_context(*args)
+    assert [x.hex() for x in near] == [x.hex() for x in dense]
+    assert [x.hex() for x in scoring.temporal_context(*args)] == [x.hex() for x in dense]
+
+
 @pytest.mark.parametrize("bad", [{"w_entity": -0.1}, {"w_ctx": -1.0}, {"ctx_tau": 0.0}, {"ctx_tau": -5.0}])
 def test_scoring_config_refuses_bad_lifts(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=r"w_entity|ctx_tau"):

@@ -744,7 +744,8 @@ class LexicalChannel:
         predecessor scoring ≥ s_L / weight, and one inside it a score ≥ s_L − weight × s_max; any
         other key stays below s_L and keeps its score. A merge by binary search into the keys in
         order, no sort of the union: at 100k memories that was most of a search."""
-        if len(cand) > 1 and not bool(np.all(cand[1:] > cand[:-1])):  # one term's postings with a delta
+        increasing = len(cand) < 2 or bool(np.all(cand[1:] > cand[:-1]))
+        if not increasing:  # one term's postings with a delta
             order = np.argsort(cand, kind="stable")
             cand, score = cand[order], score[order]
         keys = cand.astype(np.int64)
@@ -752,13 +753,17 @@ class LexicalChannel:
         if len(keys) > limit:
             s_l = float(np.partition(score, len(score) - limit)[len(score) - limit])
             hot = score >= s_l - weight * float(score.max())  # keys of cand that a credit may lift into the top
-            lifts = score >= s_l / weight  # keys whose credit may lift a key outside cand into it
-            before = keys[hot] - 1
-            at = np.searchsorted(keys, before)
-            found = at < len(keys)
-            found[found] = keys[at[found]] == before[found]
-            pick = lifts.copy()
-            pick[at[found]] = True
+            pick = score >= s_l / weight  # keys whose credit may lift a key outside cand into it
+            if increasing:
+                # and the key just before each hot key, when it is in cand: in keys strictly
+                # increasing, that is the entry before it (a binary search of each found the same)
+                pick[:-1] |= hot[1:] & (keys[1:] - 1 == keys[:-1])
+            else:
+                before = keys[hot] - 1
+                at = np.searchsorted(keys, before)
+                found = at < len(keys)
+                found[found] = keys[at[found]] == before[found]
+                pick[at[found]] = True
             src = keys[pick]
             sc = score[pick]
         else:

@@ -173,6 +173,28 @@ def test_vectorised_recencies_equal_the_scalar_base_level(
         assert 0.0 <= value < 1.0
 
 
+_any_old = st.tuples(
+    st.integers(0, 100), st.one_of(st.none(), st.floats(0, 2e9)), st.one_of(st.none(), st.floats(0, 2e9))
+)
+
+
+@given(st.lists(st.tuples(_times, _old | _any_old), max_size=30), st.floats(0.05, 0.95), st.floats(0.0, 2.0))
+def test_recencies_over_columns_are_the_recencies_bit_for_bit(
+    memories: list[tuple[list[float], tuple[int, float | None, float | None]]], d: float, min_age: float
+) -> None:
+    import numpy as np
+
+    now = 2e9 + 10.0
+    rings = [scoring_pack(times) for times, _ in memories]
+    olds = [old for _, old in memories]
+    count = np.asarray([c for c, _, _ in olds], dtype=np.int64)
+    newest = np.asarray([math.nan if x is None else x for _, x, _ in olds], dtype=np.float64)
+    oldest = np.asarray([math.nan if x is None else x for _, _, x in olds], dtype=np.float64)
+    got = scoring.recency_columns(rings, count, newest, oldest, now, d, max(min_age, 1e-3))
+    want = scoring.recencies(rings, olds, now, d, max(min_age, 1e-3))
+    assert [x.hex() for x in got.tolist()] == [x.hex() for x in want]
+
+
 def scoring_pack(times: list[float]) -> bytes | None:
     from engramdb.memories.text import pack_times
 

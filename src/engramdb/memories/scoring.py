@@ -247,11 +247,40 @@ def recencies(
     the (count, newest, oldest) summaries of the older accesses. σ(ln x) = x / (1 + x), so no
     logarithm is taken: a memory never accessed gets 0.
     """
+    total = _ring_sums(rings, now, d, min_age)
+    for i, (count, newest, oldest) in enumerate(olds):
+        if count and newest is not None and oldest is not None:
+            total[i] += petrov_tail(count, newest, oldest, now, d, min_age)
+    return (total / (1.0 + total)).tolist()  # type: ignore[no-any-return]
+
+
+def recency_columns(
+    rings: Sequence[bytes | None],
+    old_count: Any,
+    old_newest: Any,
+    old_oldest: Any,
+    now: float,
+    d: float,
+    min_age: float = 1.0,
+) -> Any:
+    """`recencies` with the older-access summaries as columns (int and float64 arrays, NaN where
+    there is no time) and σ(B) as a float64 array: the same floats, without a tuple per memory —
+    only the few memories with older accesses (past the ring) are visited one by one."""
+    import numpy as np
+
+    total = _ring_sums(rings, now, d, min_age)
+    for i in np.flatnonzero(old_count).tolist():
+        newest, oldest = float(old_newest[i]), float(old_oldest[i])
+        if newest == newest and oldest == oldest:  # NaN: no time, as None in `recencies`
+            total[i] += petrov_tail(int(old_count[i]), newest, oldest, now, d, min_age)
+    return total / (1.0 + total)
+
+
+def _ring_sums(rings: Sequence[bytes | None], now: float, d: float, min_age: float) -> Any:
+    """Σ max(now − t, min_age)^−d over each ring's times, as a float64 array (0 for no ring)."""
     import numpy as np
 
     n = len(rings)
-    if n == 0:
-        return []
     counts = np.fromiter((len(r) // 8 if r else 0 for r in rings), dtype=np.int64, count=n)
     total = np.zeros(n)
     if counts.any():
@@ -260,10 +289,7 @@ def recencies(
         filled = np.flatnonzero(counts)
         starts = np.concatenate(([0], np.cumsum(counts[filled])[:-1]))
         total[filled] = np.add.reduceat(contrib, starts)
-    for i, (count, newest, oldest) in enumerate(olds):
-        if count and newest is not None and oldest is not None:
-            total[i] += petrov_tail(count, newest, oldest, now, d, min_age)
-    return (total / (1.0 + total)).tolist()  # type: ignore[no-any-return]
+    return total
 
 
 def importance_score(importance: float) -> float:

@@ -371,7 +371,8 @@ class Recaller:
             # Fewer than k when fewer answer the query well enough: the cut is absolute, so
             # "nothing relevant" can be the answer.
             order = order[cands.relevance[order] >= min_relevance]
-        top, near = cands.cands(order[:k]), cands.cands(order[k : k + NEAR_MISSES])
+        shown = cands.cands(order[: k + NEAR_MISSES])  # one gather per column for hits and near misses
+        top, near = shown[:k], shown[k:]
         # Only the memories shown are read in full; explain names the near misses by id and title.
         full = store.memories.many(vis, [c.n for c in top])
         for c in top:

@@ -173,6 +173,28 @@ def test_vectorised_recencies_equal_the_scalar_base_level(
         assert 0.0 <= value < 1.0
 
 
+_any_old = st.tuples(
+    st.integers(0, 100), st.one_of(st.none(), st.floats(0, 2e9)), st.one_of(st.none(), st.floats(0, 2e9))
+)
+
+
+@given(st.lists(st.tuples(_times, _old | _any_old), max_size=30), st.floats(0.05, 0.95), st.floats(0.0, 2.0))
+def test_recencies_over_columns_are_the_recencies_bit_for_bit(
+    memories: list[tuple[list[float], tuple[int, float | None, float | None]]], d: float, min_age: float
+) -> None:
+    import numpy as np
+
+    now = 2e9 + 10.0
+    rings = [scoring_pack(times) for times, _ in memories]
+    olds = [old for _, old in memories]
+    count = np.asarray([c for c, _, _ in olds], dtype=np.int64)
+    newest = np.asarray([math.nan if x is None else x for _, x, _ in olds], dtype=np.float64)
+    oldest = np.asarray([math.nan if x is None else x for _, _, x in olds], dtype=np.float64)
+    got = scoring.recency_columns(rings, count, newest, oldest, now, d, max(min_age, 1e-3))
+    want = scoring.recencies(rings, olds, now, d, max(min_age, 1e-3))
+    assert [x.hex() for x in got.tolist()] == [x.hex() for x in want]
+
+
 def scoring_pack(times: list[float]) -> bytes | None:
     from engramdb.memories.text import pack_times
 
@@ -190,6 +212,36 @@ def test_temporal_context_is_the_best_anchor_faded_by_time_apart() -> None:
     assert temporal_context([], [], [1], [1.0], [1.0], 900.0) == []
     # made at the same instant as the strong anchor (one batch): no lift from it, only from itself
     assert temporal_context([2], [0.0], [1, 2], [0.0, 0.0], [1.0, 0.3], 900.0) == [pytest.approx(0.3)]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 30), st.sampled_from([0.0, 1.0, 5.0, 60.0, 900.0, 86_400.0, 650_000.0, 671_000.0, 1e7])
+        ),
+        max_size=40,
+    ),
+    st.lists(st.sampled_from([0.0, 1e-300, 0.25, 0.5, 1.0, 0.3333333333333333]), min_size=40, max_size=40),
+    st.sampled_from([1.0, 900.0, 3600.0]),
+    st.integers(0, 40),
+)
+def test_temporal_context_over_near_pairs_is_the_dense_form_bit_for_bit(
+    made: list[tuple[int, float]], rels: list[float], tau: float, n_anchors: int
+) -> None:
+    import numpy as np
+
+    # times on a coarse grid (ties: same-batch pairs) spread over months (pairs past the underflow,
+    # and some just inside it: 650,000 s is 722 τ at τ = 900 s)
+    keys = np.asarray([k for k, _ in made], dtype=np.int64)
+    times = np.cumsum([dt for _, dt in made]).astype(np.float64) + 1.7e9
+    anchors = slice(0, min(n_anchors, len(made)))
+    args = (keys, times, keys[anchors], times[anchors], np.asarray(rels[: len(keys[anchors])]), tau)
+    if not len(times) or not len(times[anchors]):
+        return
+    near = scoring._near_context(*args)
+    dense = scoring._dense_context(*args)
+    assert [x.hex() for x in near] == [x.hex() for x in dense]
+    assert [x.hex() for x in scoring.temporal_context(*args)] == [x.hex() for x in dense]
 
 
 @pytest.mark.parametrize("bad", [{"w_entity": -0.1}, {"w_ctx": -1.0}, {"ctx_tau": 0.0}, {"ctx_tau": -5.0}])

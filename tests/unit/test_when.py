@@ -105,6 +105,29 @@ def test_any_text_gives_well_formed_windows(text: str, now: float) -> None:
         assert (w.end - w.start) % 86_400 == 0  # whole UTC days
 
 
+_WORDS = [
+    "May", "may", "June", "JUNE", "june", "Jun", "jun", "Sept", "sept.", "March", "mar.", "December", "dec",
+    "13", "13th", "1st", "2023", "1999", "2023-03", "2023-03-13", "03", "of", "the", "in", "on", "a", "an",
+    "three", "twelve", "day", "days", "week", "weeks", "month", "months", "year", "years", "ago", "AGO", "last",
+    "Last", "past", "this", "This", "today", "Yesterday", "what", "did", "Deb", "do", ",", "?", "-", "",
+]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(_WORDS), max_size=8), st.sampled_from([" ", "", ", "]))
+def test_the_shortcut_for_texts_without_a_date_word_reads_the_same_windows(words: list[str], sep: str) -> None:
+    from engramdb.retrieval.when import _scan
+
+    text = sep.join(words)
+    assert windows_in(text, NOW) == _scan(text, NOW)
+
+
+@given(st.text(max_size=40))
+def test_the_shortcut_on_any_text_reads_the_same_windows(text: str) -> None:
+    from engramdb.retrieval.when import _scan
+
+    assert windows_in(text, NOW) == _scan(text, NOW)
+
+
 def test_resolve_when_forms() -> None:
     assert resolve_when(None, "on 13 March, 2023", NOW) == ()
     assert resolve_when("auto", "on 13 March, 2023", NOW) == windows_in("on 13 March, 2023", NOW)

@@ -710,18 +710,20 @@ class LexicalChannel:
             length = self._length[all_keys]
             weight = np.repeat(np.asarray(idfs, dtype=np.float32), [len(k) for k in keys])
             weight *= (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * length / avglen))
+            cand: npt.NDArray[np.integer[Any]]
             if len(keys) == 1:
                 cand, score = all_keys, weight
             elif len(all_keys) * 32 > n:
                 # Many postings: one pass over a dense array beats sorting them.
                 dense = np.bincount(all_keys, weights=weight, minlength=n)
-                cand = np.flatnonzero(dense).astype(np.int32)
+                cand = np.flatnonzero(dense)  # int64, as the expansion takes them: no copy each way
                 score = dense[cand].astype(np.float32)
             else:
                 cand, inverse = np.unique(all_keys, return_inverse=True)
                 score = np.bincount(inverse, weights=weight, minlength=len(cand)).astype(np.float32)
             if prev_weight > 0 and window > 0:
-                cand, score = self._with_preceding(cand, score, mask, prev_weight, window, limit)
+                ordered = len(keys) > 1  # flatnonzero and np.unique give the keys strictly increasing
+                cand, score = self._with_preceding(cand, score, mask, prev_weight, window, limit, ordered=ordered)
             if len(cand) > limit:
                 top = np.argpartition(-score, limit - 1)[:limit]
                 cand, score = cand[top], score[top]
@@ -730,13 +732,15 @@ class LexicalChannel:
 
     def _with_preceding(
         self,
-        cand: npt.NDArray[np.int32],
+        cand: npt.NDArray[np.integer[Any]],
         score: npt.NDArray[np.float32],
         mask: npt.NDArray[np.bool_],
         weight: float,
         window: float,
         limit: int,
-    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+        *,
+        ordered: bool = False,
+    ) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.float32]]:
         """(cand, score) with each scored key's next key (visible, made 0 < Δt ≤ `window` after
         it) credited `weight` × its score; `search`'s document expansion, exact for the `limit`
         best. Only keys that can reach them are credited: with s_L the limit-th best score before
@@ -744,21 +748,26 @@ class LexicalChannel:
         predecessor scoring ≥ s_L / weight, and one inside it a score ≥ s_L − weight × s_max; any
         other key stays below s_L and keeps its score. A merge by binary search into the keys in
         order, no sort of the union: at 100k memories that was most of a search."""
-        if len(cand) > 1 and not bool(np.all(cand[1:] > cand[:-1])):  # one term's postings with a delta
+        increasing = ordered or len(cand) < 2 or bool(np.all(cand[1:] > cand[:-1]))
+        if not increasing:  # one term's postings with a delta
             order = np.argsort(cand, kind="stable")
             cand, score = cand[order], score[order]
-        keys = cand.astype(np.int64)
+        keys = cand.astype(np.int64, copy=False)
         src = keys
         if len(keys) > limit:
             s_l = float(np.partition(score, len(score) - limit)[len(score) - limit])
             hot = score >= s_l - weight * float(score.max())  # keys of cand that a credit may lift into the top
-            lifts = score >= s_l / weight  # keys whose credit may lift a key outside cand into it
-            before = keys[hot] - 1
-            at = np.searchsorted(keys, before)
-            found = at < len(keys)
-            found[found] = keys[at[found]] == before[found]
-            pick = lifts.copy()
-            pick[at[found]] = True
+            pick = score >= s_l / weight  # keys whose credit may lift a key outside cand into it
+            if increasing:
+                # and the key just before each hot key, when it is in cand: in keys strictly
+                # increasing, that is the entry before it (a binary search of each found the same)
+                pick[:-1] |= hot[1:] & (keys[1:] - 1 == keys[:-1])
+            else:
+                before = keys[hot] - 1
+                at = np.searchsorted(keys, before)
+                found = at < len(keys)
+                found[found] = keys[at[found]] == before[found]
+                pick[at[found]] = True
             src = keys[pick]
             sc = score[pick]
         else:
@@ -779,7 +788,7 @@ class LexicalChannel:
         total[at[held]] += add[held]  # each key follows one key: no index repeats
         fresh = ~held
         return (
-            np.concatenate([cand, tgt[fresh].astype(np.int32)]),
+            np.concatenate([cand, tgt[fresh].astype(cand.dtype)]),
             np.concatenate([total, add[fresh].astype(np.float32)]),
         )
 

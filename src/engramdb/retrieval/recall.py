@@ -128,7 +128,9 @@ class _Pool:
         "keys",
         "lexical",
         "n",
-        "olds",
+        "old_count",
+        "old_newest",
+        "old_oldest",
         "raw_rec",
         "rec",
         "rel",
@@ -144,14 +146,7 @@ class _Pool:
         self.n = f.keys
         self.keys: list[int] = f.keys.tolist()
         self.rings = f.rings
-        self.olds = list(
-            zip(
-                f.old_count.tolist(),
-                [None if x != x else x for x in f.old_newest.tolist()],  # NaN is None
-                [None if x != x else x for x in f.old_oldest.tolist()],
-                strict=True,
-            )
-        )
+        self.old_count, self.old_newest, self.old_oldest = f.old_count, f.old_newest, f.old_oldest
         self.importance, self.cue, self.created = f.importance, f.cue, f.created
         self.entity, self.coverage = f.entity.copy(), f.coverage
         zeros = np.zeros(len(self.keys), dtype=np.float64)
@@ -376,7 +371,8 @@ class Recaller:
             # Fewer than k when fewer answer the query well enough: the cut is absolute, so
             # "nothing relevant" can be the answer.
             order = order[cands.relevance[order] >= min_relevance]
-        top, near = cands.cands(order[:k]), cands.cands(order[k : k + NEAR_MISSES])
+        shown = cands.cands(order[: k + NEAR_MISSES])  # one gather per column for hits and near misses
+        top, near = shown[:k], shown[k:]
         # Only the memories shown are read in full; explain names the near misses by id and title.
         full = store.memories.many(vis, [c.n for c in top])
         for c in top:
@@ -428,7 +424,10 @@ class Recaller:
             inside |= (w.start <= cands.created) & (cands.created < w.end)
         cands.when = np.where(inside, 1.0, 0.0)
         cands.raw_rec = np.asarray(
-            scoring.recencies(cands.rings, cands.olds, now, cfg.decay, cfg.min_age), dtype=np.float64
+            scoring.recency_columns(
+                cands.rings, cands.old_count, cands.old_newest, cands.old_oldest, now, cfg.decay, cfg.min_age
+            ),
+            dtype=np.float64,
         )
         floor = float(getattr(self.embedder, "unrelated_cosine", 0.0) or 0.0)
         cands.relevance = _absolute_relevance(cands.coverage, cands.cos, floor)

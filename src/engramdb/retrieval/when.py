@@ -95,6 +95,12 @@ _RELATIVE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("day", re.compile(rf"{_B}(?P<which>today|yesterday){_E}", re.IGNORECASE)),
 )
 
+# Every form above names a window only with a digit, a capitalised month name (the month alone)
+# or one of the relative words in it (a match that names none takes no span from another form):
+# a text with none of them names no window, and most queries are read without the 13 patterns
+# (~20 µs a query). A new form needs its words here too; a property test holds the two equal.
+_MAYBE = re.compile(r"\d|(?i:ago|last|past|this|today|yesterday)|" + "|".join(_CAPITALISED))
+
 
 @dataclass(frozen=True, slots=True)
 class TimeWindow:
@@ -187,6 +193,13 @@ def windows_in(text: str, now: float) -> tuple[TimeWindow, ...]:
     >>> [w.text for w in windows_in("What did Deb do on 13 March, 2023 and in June?", now)]
     ['13 March, 2023', 'June']
     """
+    if _MAYBE.search(text) is None:
+        return ()
+    return _scan(text, now)
+
+
+def _scan(text: str, now: float) -> tuple[TimeWindow, ...]:
+    """`windows_in` without the `_MAYBE` shortcut: every form's pattern over `text`."""
     today = dt.datetime.fromtimestamp(now, dt.UTC).date()
     taken: list[tuple[int, int]] = []
     found: list[tuple[int, TimeWindow]] = []

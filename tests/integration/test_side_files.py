@@ -159,6 +159,36 @@ def test_a_damaged_ivf_file_is_refused(
     assert "is damaged" in caplog.text
 
 
+def test_the_ivf_file_is_read_on_its_own_thread_while_the_arrays_are(
+    db: Path, clock: FixedClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engramdb.retrieval import vector_channel
+
+    expected = from_database(db, clock, tmp_path)
+    threads: list[str] = []
+    read = vector_channel.read_ivf
+    monkeypatch.setattr(
+        vector_channel, "read_ivf", lambda path: threads.append(threading.current_thread().name) or read(path)
+    )
+    with open_engine(db, clock) as engine:
+        assert answers(engine) == expected
+        assert engine.vectors is not None and engine.vectors.restored
+    assert threads == ["engramdb-ivf-read"]
+    assert not any(t.name == "engramdb-ivf-read" for t in threading.enumerate())  # joined
+
+
+def test_a_missing_ivf_file_is_a_rebuild_not_an_error(
+    db: Path, clock: FixedClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    expected = from_database(db, clock, tmp_path)
+    (ivf,) = side_dir_for(db).glob("vectors-*.faiss")
+    ivf.unlink()
+    with open_engine(db, clock) as engine:
+        assert answers(engine) == expected
+        assert engine.vectors is not None and not engine.vectors.restored
+    assert not any(t.name == "engramdb-ivf-read" for t in threading.enumerate())
+
+
 def test_another_databases_lexical_file_is_refused(
     db: Path, clock: FixedClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -37,7 +37,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,11 +197,19 @@ SPARE_SHARE = 0.125
 
 
 def read_side_file(
-    path: Path, *, kind: str, instance_id: str, latest: int, rows: int | None = None
+    path: Path,
+    *,
+    kind: str,
+    instance_id: str,
+    latest: int,
+    rows: int | None = None,
+    on_stamp: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(stamp, arrays) of the side file at `path`, when it is a whole file of `kind` written by this
     version for database `instance_id` at a change no later than `latest`. Arrays of at least
-    `rows` rows are read with `SPARE_SHARE` spare rows behind them (`with_room`).
+    `rows` rows are read with `SPARE_SHARE` spare rows behind them (`with_room`). `on_stamp` is
+    called with the stamp once it is checked, before the arrays are read (a caller may start
+    reading a file the stamp names meanwhile).
 
     Raises:
         FileNotFoundError: there is none.
@@ -224,6 +232,8 @@ def read_side_file(
         sums = meta.get("sums")
         if not isinstance(sums, dict) or set(sums) != set(npz) - {"stamp"}:
             raise ValueError("the arrays differ from the stamp's list")
+        if on_stamp is not None:
+            on_stamp(meta)
         arrays: dict[str, Any] = {}
         for name in sums:
             a = npz.read(name, None if rows is None else lambda r: int(r * SPARE_SHARE) + 1024 if r >= rows else 0)

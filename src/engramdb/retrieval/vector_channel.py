@@ -27,6 +27,7 @@ import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,7 +38,7 @@ from engramdb.retrieval import side_files
 from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.storage.ports import Backend, VectorRow
 from engramdb.vectors import ann
-from engramdb.vectors.ann import AnnIndex
+from engramdb.vectors.ann import AnnIndex, read_ivf
 from engramdb.vectors.base import VectorIndex
 from engramdb.vectors.exact import ExactIndex
 
@@ -224,20 +225,34 @@ class VectorChannel:
 
     def _read(self, store: Backend, latest: int) -> tuple[AnnIndex, VisibilityColumns, int]:
         assert self.side_file is not None and self._instance is not None and isinstance(self.index, AnnIndex)
-        meta, arrays = side_files.read_side_file(
-            self.side_file, kind=KIND, instance_id=self._instance, latest=latest, rows=1024
-        )
+        side_file = self.side_file
+        # The IVF file the stamp names is checked and read on a thread of its own while the arrays
+        # are read: at 1M memories each is ~0.4 GB, and most of a first recall's time was the
+        # kernel faulting in the fresh memory they land in, one after the other (~1 s each on
+        # this 2-core machine).
+        ivf: _IvfRead | None = None
+
+        def start(meta: dict[str, Any]) -> None:
+            nonlocal ivf
+            if meta.get("ivf_file"):
+                ivf = _IvfRead(side_file.with_name(str(meta["ivf_file"])), meta.get("ivf_sum"))
+
+        try:
+            meta, arrays = side_files.read_side_file(
+                side_file, kind=KIND, instance_id=self._instance, latest=latest, rows=1024, on_stamp=start
+            )
+        except BaseException:
+            if ivf is not None:
+                ivf.wait()  # no thread outlives the read; the arrays' error is the one raised
+            raise
+        loaded = ivf.result() if ivf is not None else None  # raises what reading the IVF raised
         if meta.get("model") != self.embedder.name or meta.get("dim") != self.embedder.dim:
             raise ValueError(f"made for embedder {meta.get('model')!r} ({meta.get('dim')}-d)")
         change = int(meta["change"])
         if not side_files.tip_fits(meta.get("tip", []), self._tip(store, change)):
             raise ValueError("its rows differ from the database's (a restored backup written to since?)")
-        ivf_file = None
-        if meta.get("ivf_file"):
-            ivf_file = self.side_file.with_name(str(meta["ivf_file"]))
-            if side_files.file_sum(ivf_file) != meta.get("ivf_sum"):
-                raise ValueError(f"{ivf_file.name} is damaged (its sum differs)")
-        index = AnnIndex.from_arrays(arrays, copy=False, ivf_file=ivf_file)
+        ivf_file = None if ivf is None else ivf.path
+        index = AnnIndex.from_arrays(arrays, copy=False, ivf_file=ivf_file, ivf=loaded)
         if index.settings != self.index.settings:
             raise ValueError(f"made by an index with settings {index.settings}, this one has {self.index.settings}")
         cols = VisibilityColumns.from_arrays(arrays, meta["columns"], len(index))
@@ -478,6 +493,35 @@ def _similarities(index: VectorIndex, rows: npt.NDArray[np.float32]) -> npt.NDAr
     # Few rows: numpy's own kernel (BLAS wakes its thread pool for each small product, see
     # ExactIndex.search); a real block: BLAS, where its threads pay off.
     return np.stack([np.einsum("nd,d->n", matrix, r) for r in rows]) if len(rows) <= 4 else rows @ matrix.T
+
+
+class _IvfRead:
+    """A side file's IVF, checked against its sum and read by faiss on a thread of its own."""
+
+    def __init__(self, path: Path, want: object) -> None:
+        self.path, self._want = path, want
+        self._ivf: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="engramdb-ivf-read", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            if side_files.file_sum(self.path) != self._want:
+                raise ValueError(f"{self.path.name} is damaged (its sum differs)")
+            self._ivf = read_ivf(self.path)
+        except BaseException as exc:  # handed to the reading thread by `result`
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        """The faiss index, once read; raises what reading it raised (FileNotFoundError included)."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._ivf
 
 
 def _same_vectors(

@@ -806,9 +806,11 @@ class AnnIndex(ExactIndex):
         *,
         copy: bool = True,
         ivf_file: str | os.PathLike[str] | None = None,
+        ivf: Any = None,
     ) -> AnnIndex:
         """An index from the arrays of `to_arrays` (other entries of `arrays` are ignored), and
-        the IVF from `ivf_file` when it was written apart (`write_ivf`).
+        the IVF from `ivf_file` when it was written apart (`write_ivf`); `ivf` is that file as
+        `read_ivf` read it already, when the caller read it beforehand (on another thread).
 
         With ``copy=False`` the ``vectors`` array becomes the index's matrix when it is a writable
         C-contiguous float32 array (arrays just read from a file: no second copy of a large matrix);
@@ -875,7 +877,10 @@ class AnnIndex(ExactIndex):
         if external and ivf_file is None:
             raise ValueError("the IVF was written apart and no ivf_file was given")
         if len(ivf_bytes) or external:
-            ivf = faiss.read_index(os.fspath(ivf_file)) if ivf_file is not None and external else None
+            if external and ivf is None and ivf_file is not None:
+                ivf = read_ivf(ivf_file)
+            elif not external:
+                ivf = None
             if ivf is None:
                 ivf = faiss.deserialize_index(ivf_bytes)
             if not isinstance(ivf, faiss.IndexIVFScalarQuantizer):
@@ -971,6 +976,11 @@ class AnnIndex(ExactIndex):
             return None
         out: npt.NDArray[np.float32] = memo[1][rows]
         return out
+
+
+def read_ivf(path: str | os.PathLike[str]) -> Any:
+    """The faiss index of an IVF file `AnnIndex.write_ivf` wrote (see `AnnIndex.from_arrays`)."""
+    return _faiss().read_index(os.fspath(path))
 
 
 def _dot(matrix: npt.NDArray[np.float32], q: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

@@ -166,15 +166,23 @@ def test_the_ivf_file_is_read_on_its_own_thread_while_the_arrays_are(
 
     expected = from_database(db, clock, tmp_path)
     threads: list[str] = []
-    read = vector_channel.read_ivf
+    read, files = vector_channel.read_ivf, vector_channel._read_files
     monkeypatch.setattr(
         vector_channel, "read_ivf", lambda path: threads.append(threading.current_thread().name) or read(path)
     )
+    monkeypatch.setattr(
+        vector_channel, "_read_files", lambda *a: threads.append(threading.current_thread().name) or files(*a)
+    )
     with open_engine(db, clock) as engine:
-        assert answers(engine) == expected
+        assert answers(engine) == expected  # a recall first: the side file is read beside the lexical one
         assert engine.vectors is not None and engine.vectors.restored
-    assert threads == ["engramdb-ivf-read"]
-    assert not any(t.name == "engramdb-ivf-read" for t in threading.enumerate())  # joined
+    assert threads == ["engramdb-side-file-read", "engramdb-ivf-read"]
+    assert not any(t.name.startswith("engramdb-") and t.name.endswith("-read") for t in threading.enumerate())
+    threads.clear()
+    with open_engine(db, clock) as engine:  # a write first: read on the writer's thread, the IVF beside it
+        engine.agent("alice").remember("a kingfisher note")
+        assert engine.vectors is not None and engine.vectors.restored
+    assert threads == [threading.current_thread().name, "engramdb-ivf-read"]
 
 
 def test_a_missing_ivf_file_is_a_rebuild_not_an_error(

@@ -315,6 +315,8 @@ class Recaller:
         qstems = list(dict.fromkeys(stem(w) for w in kws))
         qents = query_entity_tokens(query) if cfg.w_entity else []
         latest = store.changes.current()  # once for both caches (~20 us a read inside a recall)
+        if self.channel is not None and self.embedder is not None:
+            self.channel.prefetch(store, latest)  # a cold cache reads its files beside the lexical cache's
         self.lexical.refresh(store, latest)
         lexical = self.lexical.search(
             qstems, cfg.candidates, vis, types=type_names, k1=cfg.bm25_k1, b=cfg.bm25_b,

@@ -339,15 +339,25 @@ class Reflector:
                 older, newer = vecs.ns[a], vecs.ns[b]
                 if older in gone or newer in gone:
                     continue
-                if stop():
-                    tally.interrupted = True
+                stopped, dup = self._try_pair(run, older, newer, stop, tally)
+                if stopped:
                     return tally
-                tally.examined += 1
-                dup = self._merge_pair(run, older, newer)
                 if dup is not None:
                     gone.add(dup)
-                    tally.changed += 1
         return tally
+
+    def _try_pair(
+        self, run: _Run, older: int, newer: int, stop: Callable[[], bool], tally: _Tally
+    ) -> tuple[bool, int | None]:
+        """(stopped, the n archived or None): one candidate pair of the merge step, counted."""
+        if stop():
+            tally.interrupted = True
+            return True, None
+        tally.examined += 1
+        dup = self._merge_pair(run, older, newer)
+        if dup is not None:
+            tally.changed += 1
+        return False, dup
 
     def _merge_same_text(self, run: _Run, stop: Callable[[], bool], tally: _Tally) -> _Tally:
         """Without vectors, only the memories whose text is the same but for case, white space and
@@ -362,13 +372,10 @@ class Reflector:
             kept: list[int] = []  # the group's survivors so far, oldest first
             for n in ns:
                 for i, k in enumerate(kept):
-                    if stop():
-                        tally.interrupted = True
+                    stopped, dup = self._try_pair(run, k, n, stop, tally)
+                    if stopped:
                         return tally
-                    tally.examined += 1
-                    dup = self._merge_pair(run, k, n)
                     if dup is not None:
-                        tally.changed += 1
                         kept[i] = n if dup == k else k  # the newer survives when only it holds every fact
                         break
                 else:

@@ -156,6 +156,35 @@ def test_forgotten_text_is_gone_from_every_file_on_disk(tmp_path: Path, clock: F
     assert not files_holding(marker)
 
 
+@pytest.mark.sqlite_only
+def test_a_forgotten_long_text_leaves_no_copy_in_freed_pages(tmp_path: Path, clock: FixedClock) -> None:
+    """A text longer than a page spills into overflow pages. Every rewrite of its row (an access
+    rewrites it) frees the old ones with the text still in them, and so does the forget: none of
+    those pages may keep it."""
+    path = tmp_path / "m.db"
+    marker = "Quokkavault"
+
+    def files_holding(needle: str) -> list[str]:
+        return [f.name for f in tmp_path.iterdir() if f.is_file() and needle.encode() in f.read_bytes()]
+
+    with DynamicMemoryEngine(path, clock=clock) as eng:
+        me = eng.agent("alice")
+        kept = me.remember("a short note about the vault that stays")
+        long_text = " ".join(f"line {i} of the vault manifest names {marker} {i}." for i in range(200))
+        assert len(long_text) > 2 * 4096  # two overflow pages at least
+        m = me.remember(long_text, title=f"{marker} manifest")
+        for _ in range(3):  # each recall rewrites both rows (their access rings), freeing old pages
+            assert {h.memory.id for h in me.recall("the vault manifest")} == {m.id, kept.id}
+            clock.advance(60)
+        raw = sqlite3.connect(path)
+        assert raw.execute("PRAGMA freelist_count").fetchone()[0] > 0
+        raw.close()
+        me.forget(m.id, reason="secret")
+        assert not files_holding(marker), "the forgotten text is still on disk"
+        assert [x.id for x in me.memories()] == [kept.id]
+        assert me.recall("the vault manifest").memories[0].id == kept.id  # the file still works
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

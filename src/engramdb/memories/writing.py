@@ -578,7 +578,9 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
         raise ValidationError("reason must be a str")
     now = rt.clock()
     store = rt.store
-    with store.atomic():
+    # Erasing: the pages this frees (a long text's overflow pages, a rewritten recall record's) are
+    # overwritten as well, not only the cells.
+    with store.erasing(), store.atomic():
         try:
             found = visible(rt, who, memory_id)  # an archived memory can be forgotten too
         except NotFound:

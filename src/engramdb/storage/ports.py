@@ -787,6 +787,12 @@ class Backend(Protocol):
         """The store's random identity, given once (caches kept outside it check it)."""
         ...
 
+    def erasing(self) -> contextlib.AbstractContextManager[None]:
+        """While open, what the store deletes or rewrites is overwritten on disk, in the pages it
+        frees too (a forget runs inside it); outside it the store may leave freed pages as they
+        were. A backend whose files keep no such traces has nothing to do here."""
+        ...
+
     def after_forget(self) -> None:
         """Best effort, after a forget committed: make deleted text unrecoverable from the
         store's files (a log checkpoint), waiting at most a moment for other readers."""

@@ -176,6 +176,11 @@ class PostgresBackend:
 
         return self._store.run(STORE, go)
 
+    @contextlib.contextmanager
+    def erasing(self) -> Iterator[None]:
+        # Nothing to switch: dead row versions stay until VACUUM marks them free (after_forget).
+        yield
+
     def after_forget(self) -> None:
         # Best effort: VACUUM marks the dead row versions holding the forgotten text as free space,
         # to be overwritten by later writes; it needs the tables' owner, so it runs on a connection

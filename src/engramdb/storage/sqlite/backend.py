@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -117,6 +118,25 @@ class SqliteBackend:
             row = conn.raw.execute("SELECT value FROM engram_meta WHERE key = 'instance_id'").fetchone()
         return None if row is None else str(row[0])
 
+    @contextlib.contextmanager
+    def erasing(self) -> Iterator[None]:
+        # secure_delete=FAST (the default setting) zeroes deleted cells but leaves the pages it
+        # frees as they were: a long text's overflow pages, freed by every rewrite of its row (an
+        # access rewrites the row), kept copies of it on the freelist. Inside, ON zeroes what the
+        # forget frees; at the end every free page of the file is overwritten with zeros.
+        conn = self._store.connection("engine")
+        raw = conn.raw
+        with translate(conn):
+            before = int(raw.execute("PRAGMA secure_delete").fetchone()[0])
+            raw.execute("PRAGMA secure_delete=ON")
+        try:
+            yield
+            with translate(conn), self._store.atomic(conn):
+                _wipe_free_pages(raw)
+        finally:
+            with translate(conn):
+                raw.execute(f"PRAGMA secure_delete={before}")
+
     def after_forget(self) -> None:
         # secure_delete has zeroed the freed space in the database; a checkpoint moves the log into
         # it, so older copies of the text in the log are overwritten. A checkpoint that another
@@ -146,3 +166,22 @@ class SqliteBackend:
 
     def close(self) -> None:
         self._store.close()
+
+
+#: the most zeros one row of the wipe holds (under any statement's length limit)
+_WIPE_CHUNK = 4 * 1024 * 1024
+
+
+def _wipe_free_pages(raw: sqlite3.Connection) -> None:
+    """Overwrite every page on the file's freelist with zeros: rows of zeros take the free pages
+    first (SQLite allocates from the freelist before it grows the file), and deleting them under
+    secure_delete=ON frees the pages zeroed. Costs the freelist's size in log writes, once."""
+    free = int(raw.execute("PRAGMA freelist_count").fetchone()[0])
+    if not free:
+        return
+    left = free * int(raw.execute("PRAGMA page_size").fetchone()[0])
+    while left > 0:
+        chunk = min(left, _WIPE_CHUNK)
+        raw.execute("INSERT INTO engram_wipe (b) VALUES (zeroblob(?))", (chunk,))
+        left -= chunk
+    raw.execute("DELETE FROM engram_wipe")

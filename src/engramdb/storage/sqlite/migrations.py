@@ -222,6 +222,12 @@ def _m0011_unused_access_indexes(db: sqlite3.Connection) -> None:
     db.execute("DROP INDEX IF EXISTS engram_access_tenant")
 
 
+def _m0012_wipe_table(db: sqlite3.Connection) -> None:
+    # Always empty: a forget fills it with zeros over every free page of the file and deletes them
+    # again (`SqliteBackend.erasing`), so copies of a text that earlier rewrites freed are gone too.
+    db.execute("CREATE TABLE IF NOT EXISTS engram_wipe (b BLOB NOT NULL)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "meta", _m0001_meta),
     Migration(2, "row_vectors", _m0002_row_vectors),
@@ -234,6 +240,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "snowball_terms", _m0009_snowball_terms),
     Migration(10, "tombstone_levels", _m0010_tombstone_levels),
     Migration(11, "unused_access_indexes", _m0011_unused_access_indexes),
+    Migration(12, "wipe_table", _m0012_wipe_table),
 )
 
 

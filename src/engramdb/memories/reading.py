@@ -220,11 +220,13 @@ def export(rt: Runtime, who: Principal, *, include_archived: bool = False) -> li
     return out
 
 
-_RECALL_ID = re.compile(r"rc_[0-9a-f]{16}")
+#: ``rc_`` and 24 hex digits (`text.id_tokens`: a second, then randomness); 16 in ids minted before ids carried their second (still accepted).
+_RECALL_ID = re.compile(r"rc_(?:[0-9a-f]{8})?[0-9a-f]{16}")
 
 
 def looks_like_recall_id(text: str) -> bool:
-    """True for text shaped like the ids recalls are given (``rc_`` and 16 hex digits)."""
+    """True for text shaped like the ids recalls are given (``rc_`` and 24 hex digits, or 16 for
+    recalls made before ids carried their second)."""
     return _RECALL_ID.fullmatch(text) is not None
 
 

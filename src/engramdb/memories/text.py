@@ -1,11 +1,13 @@
 """Text and access-time helpers shared by writes and reflection: value fingerprints, "adds nothing
-new", and the packed access ring. Pure functions, no I/O."""
+new", the packed access ring, and the tokens new ids are made of. Pure functions, no I/O."""
 
 from __future__ import annotations
 
 import array
 import hashlib
+import math
 import re
+import secrets
 import unicodedata
 from collections.abc import Sequence
 
@@ -19,6 +21,25 @@ def content_hash(text: str) -> str:
     """A value-level fingerprint: NFKC, case-folded, white space and punctuation collapsed."""
     norm = _NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
     return hashlib.blake2b(norm.encode(), digest_size=16).hexdigest()
+
+
+#: The last second an id's 8-digit stamp can name (2106-02-07); a later clock stamps this one.
+_LAST_STAMP = 0xFFFFFFFF
+
+
+def id_tokens(now: float, count: int) -> list[str]:
+    """`count` new id tokens: the second of `now` in 8 hex digits (clamped to 1970-2106), then 16
+    random hex digits (64 bits from `secrets`, so two tokens of one second collide as rarely as
+    the random-only tokens before them did).
+
+    Tokens of one second sort after every earlier second's, so the unique indexes on memory and
+    recall ids grow at their end. Random-only ids put each new id on a random page of those
+    indexes: at 1M memories that was ~630 of the ~2,200 pages a batch of 1,000 writes to the
+    WAL, and ~35 ms of the batch. An id therefore tells when it was minted, to the second; the
+    memory's `recorded_at` says as much to anyone who can see it."""
+    second = int(min(max(now, 0.0), float(_LAST_STAMP))) if math.isfinite(now) else 0
+    randomness = secrets.token_hex(8 * count)
+    return [f"{second:08x}{randomness[16 * i : 16 * i + 16]}" for i in range(count)]
 
 
 def says_nothing_new(new: str, old: str, *, containment: float = 0.9) -> bool:

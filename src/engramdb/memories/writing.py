@@ -8,7 +8,6 @@ under its cap; any other id answers `NotFound`, exactly like a missing one.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -31,7 +30,7 @@ from engramdb.memories.model import (
     Tombstone,
 )
 from engramdb.memories.runtime import Runtime
-from engramdb.memories.text import content_hash, pack_times, says_nothing_new, speaker_of
+from engramdb.memories.text import content_hash, id_tokens, pack_times, says_nothing_new, speaker_of
 from engramdb.memories.triggers import TRIGGER_KIND, parse_trigger
 from engramdb.observability import otel
 from engramdb.progress import Progress, report
@@ -406,10 +405,10 @@ def _insert(
     out: list[Memory] = []
     items: list[NewMemory] = []
     # One read of the system's randomness for the whole batch (one per id cost ~2% of a batch).
-    randomness = secrets.token_hex(8 * len(prepared))
+    tokens = id_tokens(now, len(prepared))
     for i, p in enumerate(prepared):
         memory = Memory(
-            id=f"{who.agent_id}:{randomness[16 * i : 16 * i + 16]}", tenant=who.tenant, owner=p["owner"], author=who.agent_id,
+            id=f"{who.agent_id}:{tokens[i]}", tenant=who.tenant, owner=p["owner"], author=who.agent_id,
             type=p["type"], title=p["title"], content=p["content"], tags=p["tags"], entities=p["entities"],
             n_chars=len(p["content"]), n_tokens=approx_tokens(p["content"]), n_sentences=mm.count_sentences(p["content"]),
             importance=p["scores"][0], salience=p["scores"][1], confidence=p["scores"][2],

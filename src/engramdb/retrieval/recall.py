@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import dataclasses
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -38,6 +37,7 @@ from engramdb.memories.model import (
     Visibility,
     check_text,
 )
+from engramdb.memories.text import id_tokens
 from engramdb.observability import otel
 from engramdb.retrieval.keywords import TIME_WORDS, asks_when, keywords, query_entity_tokens, query_names, stem
 from engramdb.retrieval.lexical_channel import FieldColumns
@@ -382,7 +382,7 @@ class Recaller:
         names = store.memories.names([c.n for c in near])
         for c in near:
             c.name = names[c.n]
-        recall_id = None if dry_run else "rc_" + secrets.token_hex(8)
+        recall_id = None if dry_run else "rc_" + id_tokens(now, 1)[0]
         notes = self._contradictions([c.n for c in top], vis)
         hits = tuple(
             Hit(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -309,6 +310,37 @@ def test_without_an_embedder_dedup_matches_the_same_text(make_engine: Callable[.
     )
     assert batch[0].id == batch[1].id != batch[2].id
     e.close()
+
+
+@pytest.mark.sqlite_only
+def test_the_hash_index_exists_only_once_a_lookup_by_text_needs_it(tmp_path: Path) -> None:
+    """With an embedder no query reads the (tenant, content_hash) index, so no write keeps it
+    up to date; the first dedup without an embedder builds it, and from then on it is kept."""
+    path = tmp_path / "m.db"
+
+    def has_index() -> bool:
+        with contextlib.closing(sqlite3.connect(path)) as raw:
+            found = raw.execute("SELECT 1 FROM sqlite_master WHERE name = 'engram_memories_hash'").fetchone()
+            return found is not None
+
+    with DynamicMemoryEngine(path, memory_embedder=HashingEmbedder(dim=64)) as e:
+        a = e.agent("alice")
+        first = a.remember("The deploy key rotates weekly.")
+        assert (
+            a.remember_many([{"content": "ship it friday"}, {"content": "the deploy key rotates weekly"}])[1].id
+            == first.id
+        )
+        assert not has_index()
+    with DynamicMemoryEngine(path, memory_embedder=None) as e:
+        a = e.agent("alice")
+        assert a.remember("the deploy key  rotates weekly").id == first.id  # found through the index
+        assert has_index()
+        a.remember("a note written once the index is there")
+    with DynamicMemoryEngine(path, memory_embedder=HashingEmbedder(dim=64)) as e:
+        later = e.agent("alice").remember("another note, indexed by every writer now")
+    with DynamicMemoryEngine(path, memory_embedder=None) as e:
+        assert e.agent("alice").remember("Another note, indexed by every writer now!").id == later.id
+        assert has_index()
 
 
 def test_dedup_keeps_the_same_words_about_another_entity_apart(make_engine: Callable[..., DynamicMemoryEngine]) -> None:

@@ -232,7 +232,7 @@ class MemoryRows(Protocol):
     def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
         """The memories `vis` shows whose content hash (`memories.text.content_hash`) is one of
         `hashes`, lowest key first: what dedup on write compares a new text with when there are
-        no vectors (through the ``(tenant, content_hash)`` index)."""
+        no vectors (through a ``(tenant, content_hash)`` index; SQLite builds it on first use)."""
         ...
 
     def repeated_content(self, vis: Visibility) -> list[tuple[int, str, str, str]]:

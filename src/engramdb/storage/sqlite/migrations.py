@@ -228,6 +228,12 @@ def _m0012_wipe_table(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE IF NOT EXISTS engram_wipe (b BLOB NOT NULL)")
 
 
+def _m0013_hash_index_on_demand(db: sqlite3.Connection) -> None:
+    # Built again the first time a lookup by text needs it (`rows._HASH_INDEX`); with an embedder
+    # none does, and every write paid a random page of it.
+    db.execute("DROP INDEX IF EXISTS engram_memories_hash")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "meta", _m0001_meta),
     Migration(2, "row_vectors", _m0002_row_vectors),
@@ -241,6 +247,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "tombstone_levels", _m0010_tombstone_levels),
     Migration(11, "unused_access_indexes", _m0011_unused_access_indexes),
     Migration(12, "wipe_table", _m0012_wipe_table),
+    Migration(13, "hash_index_on_demand", _m0013_hash_index_on_demand),
 )
 
 

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engramdb import (
+    BackendError,
     Confidentiality,
     DynamicMemoryEngine,
     ForgettingPolicy,
@@ -183,6 +184,33 @@ def test_a_forgotten_long_text_leaves_no_copy_in_freed_pages(tmp_path: Path, clo
         assert not files_holding(marker), "the forgotten text is still on disk"
         assert [x.id for x in me.memories()] == [kept.id]
         assert me.recall("the vault manifest").memories[0].id == kept.id  # the file still works
+
+
+@pytest.mark.sqlite_only
+def test_a_forget_whose_wipe_fails_changes_nothing(
+    tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Overwriting the free pages is part of the forget's transaction: when it fails (a full disk,
+    say), the forget is refused whole and the memory is still there, with no tombstone."""
+    from engramdb.storage.sqlite import backend as sqlite_backend
+
+    def full(raw: sqlite3.Connection) -> None:
+        raw.execute("CREATE TABLE IF NOT EXISTS engram_wipe_probe (x)")  # a write that must go too
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with DynamicMemoryEngine(tmp_path / "m.db", clock=clock) as eng:
+        me = eng.agent("alice")
+        m = me.remember("The courier's passphrase is Zanzibarquux 7")
+        monkeypatch.setattr(sqlite_backend, "_wipe_free_pages", full)
+        with pytest.raises(BackendError, match="full"):
+            me.forget(m.id, reason="secret")
+        monkeypatch.undo()
+        assert me.get(m.id, touch=False).content == m.content
+        assert me.remember("the courier's passphrase is zanzibarquux 7").id == m.id  # no tombstone refuses it
+        raw = sqlite3.connect(tmp_path / "m.db")
+        assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'engram_wipe_probe'").fetchone()[0] == 0
+        raw.close()
+        assert me.forget(m.id, reason="secret").memory_id == m.id  # and it can be forgotten after all
 
 
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:

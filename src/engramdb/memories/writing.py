@@ -578,8 +578,9 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
     now = rt.clock()
     store = rt.store
     # Erasing: the pages this frees (a long text's overflow pages, a rewritten recall record's) are
-    # overwritten as well, not only the cells.
-    with store.erasing(), store.atomic():
+    # overwritten as well, not only the cells, before the transaction commits (a wipe that fails, on
+    # a full disk say, takes the forget back with it).
+    with store.atomic(), store.erasing():
         try:
             found = visible(rt, who, memory_id)  # an archived memory can be forgotten too
         except NotFound:

@@ -789,8 +789,9 @@ class Backend(Protocol):
 
     def erasing(self) -> contextlib.AbstractContextManager[None]:
         """While open, what the store deletes or rewrites is overwritten on disk, in the pages it
-        frees too (a forget runs inside it); outside it the store may leave freed pages as they
-        were. A backend whose files keep no such traces has nothing to do here."""
+        frees too (a forget runs inside it, within the forget's transaction: the overwriting is part
+        of it); outside it the store may leave freed pages as they were. A backend whose files keep
+        no such traces has nothing to do here."""
         ...
 
     def after_forget(self) -> None:

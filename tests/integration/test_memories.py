@@ -12,7 +12,7 @@ import pytest
 from engramdb import Confidentiality, DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
 from engramdb.embeddings.hashing import HashingEmbedder
-from engramdb.testing import FixedClock
+from engramdb.testing import FixedClock, fake_embedder
 from tests.rawsql import raw_count
 
 DAY = 86_400.0
@@ -424,6 +424,67 @@ def test_threads_remember_and_recall_at_once(eng: DynamicMemoryEngine) -> None:
         t.join()
     assert errors == []
     assert all(len(eng.agent(f"w{i}").memories()) == 120 for i in range(3))
+
+
+def _run_threads(work: Callable[[int], None], count: int) -> list[BaseException]:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(j: int) -> None:
+        try:
+            work(j)
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(j,)) for j in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_concurrent_recalls_lose_no_access(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    """Every recall's reinforcement reaches the rings: ring + older count = access count for every
+    memory, with threads of two engines (two connection pools on PostgreSQL) recalling at once.
+    On PostgreSQL two recalls once read a ring before either wrote it, and the later commit
+    dropped the other's access."""
+    words = ["deploy", "release", "budget", "kafka", "latency", "review", "schema", "invoice"]
+    one, two = make_engine(memory_embedder=fake_embedder()), make_engine(memory_embedder=fake_embedder())
+    items = [
+        {"content": f"note {i}: {words[i % 8]} {words[(i * 3 + 1) % 8]} {words[(i * 5 + 2) % 8]}"} for i in range(40)
+    ]
+    one.agent("a").remember_many(items, dedup=False)
+    queries = ["deploy release", "budget invoice", "kafka latency", "schema review", "release latency"]
+
+    def work(j: int) -> None:
+        me = (one if j % 2 else two).agent("a")
+        for i in range(12):
+            me.recall(queries[(i + j) % len(queries)], k=5)
+
+    assert _run_threads(work, 6) == []
+    memories = one.agent("a").memories()
+    assert sum(m.access_count for m in memories) == 40 + 6 * 12 * 5  # creation, and 5 hits a recall
+    assert [m.id for m in memories if len(m.recent_accesses) + m.older_count != m.access_count] == []
+
+
+def test_concurrent_updates_of_one_memory_keep_every_version(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    """Threads updating one memory at once: each update replaces the text it read under the write
+    lock, so the versions run 1, 2, 3, … without a gap or a clash (on PostgreSQL two updates
+    once kept the same version, and the second failed on the duplicate key)."""
+    eng = make_engine(memory_embedder=fake_embedder())
+    m = eng.agent("a").remember("the deploy window is monday")
+
+    def work(j: int) -> None:
+        me = eng.agent("a")
+        for i in range(8):
+            me.update(m.id, content=f"the deploy window is day {j}-{i}")
+
+    assert _run_threads(work, 4) == []
+    me = eng.agent("a")
+    assert me.get(m.id, touch=False).version == 1 + 4 * 8
+    assert sorted(v.version for v in me.history(m.id)) == list(range(1, 4 * 8 + 1))
 
 
 @pytest.mark.sqlite_only

@@ -43,8 +43,12 @@ def log_accesses(
     if not deliberate:
         return None
     bumps = {t.key for t in touches if t.channel in _BUMPS}
-    rows = store.memories.access_state(deliberate)
+    # The sequence first: taking it waits for every other writer holding it (PostgreSQL's row lock
+    # on the counter; SQLite's write lock is held already), so the rings read next are the ones
+    # those writers committed. Read first, two concurrent recalls on PostgreSQL each appended to
+    # the ring they had read, and the later commit dropped the earlier one's access.
     change = store.changes.next()
+    rows = store.memories.access_state(deliberate)
     updates: list[AccessUpdate] = []
     for n, ring, old_count, old_newest, old_oldest in rows:
         times = [*unpack_times(ring), now]

@@ -389,12 +389,16 @@ class Reflector:
         if self._survivor(self._fetch(run, [older, newer]), older, newer) is None:
             return None
         with self.rt.store.atomic():
+            # The change sequence first: it is the write lock on PostgreSQL too (its counter row),
+            # so the pair read next holds every access committed before (a recall's, say), and
+            # the fold's sums of rings and counts lose none.
+            stamp = self.rt.store.changes.next()
             got = self._fetch(run, [older, newer])
             keep_n = self._survivor(got, older, newer)
             if keep_n is None:
                 return None
             dup_n = newer if keep_n == older else older
-            self._fold(run, keep_n, got[keep_n], dup_n, got[dup_n])
+            self._fold(run, keep_n, got[keep_n], dup_n, got[dup_n], stamp)
             return dup_n
 
     def _survivor(self, got: dict[int, Memory], older: int, newer: int) -> int | None:
@@ -412,7 +416,7 @@ class Reflector:
             return keep is not dup and keep.created_at <= dup.created_at
         return says_nothing_new(_text(dup), _text(keep))
 
-    def _fold(self, run: _Run, keep_n: int, keep: Memory, dup_n: int, dup: Memory) -> None:
+    def _fold(self, run: _Run, keep_n: int, keep: Memory, dup_n: int, dup: Memory, stamp: int) -> None:
         store, who = self.rt.store, self.who
         ring, old_count, old_newest, old_oldest = _fold_accesses(keep, dup, self.rt.scoring.ring_size)
         tags = _union(keep.tags, dup.tags)
@@ -426,7 +430,7 @@ class Reflector:
             confidentiality=max(keep.confidentiality, dup.confidentiality), tags=tags,
             entities=_union(keep.entities, dup.entities), refs=refs, terms=cue_terms(keep.title, keep.content, *tags),
         )  # fmt: skip
-        store.memories.fold(keep_n, fold, dup_n, store.changes.next())
+        store.memories.fold(keep_n, fold, dup_n, stamp)
         # The duplicate's edges move over (they stay on the archived record too, for provenance);
         # an edge the survivor already has keeps the higher weight.
         store.edges.move(dup_n, keep_n)

@@ -476,12 +476,15 @@ def update(
     with store.atomic():
         # Read again under the write lock: a level raised (by an update or a link) since the read
         # above must not be written back lower, and the version kept is the one being replaced.
+        # Taking the change sequence takes that lock on PostgreSQL too (its counter row), so it
+        # comes first: read before it, two concurrent updates kept the same version (a duplicate
+        # key error for the second).
+        stamp = store.changes.next()
         fresh = visible(rt, who, memory_id)
         n, now_level = fresh.key, fresh.memory.confidentiality
         level = max(level, now_level)
         if level > now_level:
             _check_may_raise(who, fresh.memory, level)
-        stamp = store.changes.next()
         version = fresh.memory.version
         if new_content != fresh.memory.content or new_title != fresh.memory.title:
             store.versions.add(
@@ -581,6 +584,7 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
     # overwritten as well, not only the cells, before the transaction commits (a wipe that fails, on
     # a full disk say, takes the forget back with it).
     with store.atomic(), store.erasing():
+        stamp = store.changes.next()  # first: the write lock on PostgreSQL too (see `update`)
         try:
             found = visible(rt, who, memory_id)  # an archived memory can be forgotten too
         except NotFound:
@@ -611,7 +615,7 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
         _scrub_recall_log(rt, memory.tenant, memory.id, retired)
         # An archived husk without text stays, so the access stream keeps its key and caches
         # see the change; its id is retired so the old id answers NotFound from now on.
-        store.memories.retire(n, retired, store.changes.next())
+        store.memories.retire(n, retired, stamp)
     rt.drop_vector_file()
     store.after_forget()
     return stone

@@ -213,6 +213,48 @@ def test_a_forget_whose_wipe_fails_changes_nothing(
         assert me.forget(m.id, reason="secret").memory_id == m.id  # and it can be forgotten after all
 
 
+@pytest.mark.sqlite_only
+def test_forget_puts_secure_delete_back_as_it_was(tmp_path: Path) -> None:
+    """The forget runs under secure_delete=ON and restores the connection's own setting after,
+    also when it fails ("FAST" reads back as 2, and "=2" would set ON)."""
+    with DynamicMemoryEngine(tmp_path / "m.db", memory_embedder=None) as eng:
+        me = eng.agent("alice")
+        raw = eng.backend.store.connection("engine").raw  # type: ignore[attr-defined]
+
+        def setting() -> int:
+            return int(raw.execute("PRAGMA secure_delete").fetchone()[0])
+
+        assert setting() == 2  # FAST
+        with pytest.raises(NotFound):
+            me.forget("alice:00000000deadbeefdeadbeef")
+        assert setting() == 2
+        me.forget(me.remember("a note").id)
+        assert setting() == 2
+
+
+@pytest.mark.sqlite_only
+def test_forgets_do_not_grow_the_file(tmp_path: Path) -> None:
+    """The wipe fills the free pages it finds and no more: a file with a large freelist (a
+    dropped table's 3,000 pages here) keeps its size over forgets."""
+    path = tmp_path / "m.db"
+    with DynamicMemoryEngine(path, memory_embedder=None) as eng:
+        me = eng.agent("alice")
+        ids = [me.remember(f"short note number {k}", dedup=False).id for k in range(4)]
+        raw = sqlite3.connect(path)
+        raw.execute("CREATE TABLE scratch (b)")
+        raw.executemany("INSERT INTO scratch VALUES (randomblob(4000))", [()] * 3000)
+        raw.commit()
+        raw.execute("DROP TABLE scratch")
+        raw.commit()
+        assert raw.execute("PRAGMA freelist_count").fetchone()[0] >= 3000
+        raw.close()
+        me.forget(ids[0])
+        size = path.stat().st_size
+        for i in ids[1:]:
+            me.forget(i)
+        assert path.stat().st_size == size
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

@@ -135,7 +135,9 @@ class SqliteBackend:
                 _wipe_free_pages(raw)
         finally:
             with translate(conn):
-                raw.execute(f"PRAGMA secure_delete={before}")
+                # PRAGMA secure_delete reads back 0 / 1 / 2, but only accepts FAST by name: "=2"
+                # parses as a boolean and sets ON.
+                raw.execute(f"PRAGMA secure_delete={_SECURE_DELETE_NAMES.get(before, 'ON')}")
 
     def after_forget(self) -> None:
         # secure_delete has zeroed the freed space in the database; a checkpoint moves the log into
@@ -168,20 +170,28 @@ class SqliteBackend:
         self._store.close()
 
 
-#: the most zeros one row of the wipe holds (under any statement's length limit)
-_WIPE_CHUNK = 4 * 1024 * 1024
+#: what `PRAGMA secure_delete` reads back, by the name that sets it again
+_SECURE_DELETE_NAMES = {0: "OFF", 1: "ON", 2: "FAST"}
+
+#: the most pages one row of the wipe covers (4 MiB of zeros at 4 KiB pages)
+_WIPE_CHUNK_PAGES = 1024
 
 
 def _wipe_free_pages(raw: sqlite3.Connection) -> None:
     """Overwrite every page on the file's freelist with zeros: rows of zeros take the free pages
     first (SQLite allocates from the freelist before it grows the file), and deleting them under
     secure_delete=ON frees the pages zeroed. Costs the freelist's size in log writes, once."""
-    free = int(raw.execute("PRAGMA freelist_count").fetchone()[0])
-    if not free:
-        return
-    left = free * int(raw.execute("PRAGMA page_size").fetchone()[0])
-    while left > 0:
-        chunk = min(left, _WIPE_CHUNK)
-        raw.execute("INSERT INTO engram_wipe (b) VALUES (zeroblob(?))", (chunk,))
-        left -= chunk
-    raw.execute("DELETE FROM engram_wipe")
+    page = int(raw.execute("PRAGMA page_size").fetchone()[0])
+    wrote = False
+    while True:
+        free = int(raw.execute("PRAGMA freelist_count").fetchone()[0])
+        if not free:
+            break
+        # Sized to what `free` pages hold as overflow (page - 4 bytes each) less a page for the
+        # cell's own bytes, so the file does not grow past its freelist; never less than a page,
+        # so each row takes at least one free page and the loop ends.
+        n = min(free, _WIPE_CHUNK_PAGES)
+        raw.execute("INSERT INTO engram_wipe (b) VALUES (zeroblob(?))", (max(n * (page - 4) - page, page),))
+        wrote = True
+    if wrote:
+        raw.execute("DELETE FROM engram_wipe")

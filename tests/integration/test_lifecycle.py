@@ -255,6 +255,32 @@ def test_forgets_do_not_grow_the_file(tmp_path: Path) -> None:
         assert path.stat().st_size == size
 
 
+def test_forgetting_a_merge_survivor_forgets_the_copies_merged_into_it(
+    make_engine: Callable[..., DynamicMemoryEngine],
+) -> None:
+    """Reflection's merge archives the duplicate with its text and links it `refines` to the
+    survivor; forgetting the survivor forgets that copy too (tombstone and all). A memory that
+    refines it with something new is left alone."""
+    eng = make_engine(memory_embedder=None)
+    me = eng.agent("alice")
+    me.remember("The courier's passphrase is Quokkavault.", dedup=False)
+    me.remember("the courier's passphrase is quokkavault", dedup=False)
+    assert me.reflect(steps=["merge"]).merged == 1
+    [survivor] = me.memories()
+    [twin] = [m for m in me.memories(include_archived=True) if m.archived]
+    other = me.remember("The courier also carries a spare key to the depot.")
+    me.link(other.id, survivor.id, "refines")
+    stone = me.forget(survivor.id, reason="secret")
+    assert stone.memory_id == survivor.id
+    left = me.memories(include_archived=True)
+    assert [m.id for m in left if "uokkavault" in m.content] == []
+    assert other.id in {m.id for m in left}  # not archived, and says something new: not a copy
+    with pytest.raises(NotFound):
+        me.get(twin.id)
+    with pytest.raises(Forgotten):
+        me.remember("the courier's passphrase is quokkavault")
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

@@ -594,30 +594,59 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
             if earlier is None:
                 raise
             return earlier
-        memory, n = found.memory, found.key
+        memory = found.memory
         if memory.owner not in ("", who.agent_id):
             raise not_found(who, memory_id)
-        stone = Tombstone(
-            memory.id,
-            memory.tenant,
-            memory.owner,
-            content_hash(memory.content),
-            who.agent_id,
-            now,
-            reason,
-            memory.confidentiality,
-        )
-        store.tombstones.add(stone)
-        store.edges.delete_touching(n)
-        store.vectors.delete(n)
-        store.versions.delete(n)
-        retired = f"forgotten:{n}"
-        _scrub_recall_log(rt, memory.tenant, memory.id, retired)
-        # An archived husk without text stays, so the access stream keeps its key and caches
-        # see the change; its id is retired so the old id answers NotFound from now on.
-        store.memories.retire(n, retired, stamp)
+        twins = _merged_twins(rt, who, found)  # before its edges go: they are how they are found
+        stone = _erase(rt, who, found, reason, now, stamp)
+        for twin in twins:
+            _erase(rt, who, twin, reason, now, stamp)
     rt.drop_vector_file()
     store.after_forget()
+    return stone
+
+
+def _merged_twins(rt: Runtime, who: Principal, found: Stored) -> list[Stored]:
+    """The archived copies reflection merged into `found`: archived memories of its owner and type
+    with a ``refines`` edge to it whose text says nothing it does not (`says_nothing_new`, the
+    merge's own test). Forgetting a memory forgets them too: a merge archives the duplicate with
+    its text, and forgetting only the survivor left that text in the store."""
+    memory = found.memory
+    vis = who.visibility(include_archived=True)
+    text = f"{memory.title}. {memory.content}" if memory.title else memory.content
+    out: list[Stored] = []
+    for edge in rt.store.edges.touching(vis, found.key):
+        if edge.type is not EdgeType.REFINES or edge.target != memory.id or edge.source == memory.id:
+            continue
+        twin = rt.store.memories.get(vis, edge.source)
+        if twin is None or not twin.memory.archived:
+            continue
+        m = twin.memory
+        if m.owner != memory.owner or m.type is not memory.type:
+            continue
+        if says_nothing_new(f"{m.title}. {m.content}" if m.title else m.content, text):
+            out.append(twin)
+    return out
+
+
+def _erase(rt: Runtime, who: Principal, found: Stored, reason: str, now: float, stamp: int) -> Tombstone:
+    """Forget one memory inside the caller's transaction: its tombstone, then its edges, vector,
+    versions and recall-log mentions go, and its row keeps an archived husk without text."""
+    store = rt.store
+    memory, n = found.memory, found.key
+    stone = Tombstone(
+        memory.id, memory.tenant, memory.owner, content_hash(memory.content), who.agent_id, now, reason,
+        memory.confidentiality,
+    )  # fmt: skip
+    store.tombstones.add(stone)
+    store.edges.delete_touching(n)
+    store.vectors.delete(n)
+    store.versions.delete(n)
+    retired = f"forgotten:{n}"
+    _scrub_recall_log(rt, memory.tenant, memory.id, retired)
+    # An archived husk without text stays, so the access stream keeps its key and caches see the
+    # change; its id is retired so the old id answers NotFound from now on.
+    store.memories.retire(n, retired, stamp)
     return stone
 
 

@@ -281,6 +281,47 @@ def test_forgetting_a_merge_survivor_forgets_the_copies_merged_into_it(
         me.remember("the courier's passphrase is quokkavault")
 
 
+@pytest.mark.sqlite_only
+def test_a_lexical_side_file_saved_after_a_forget_holds_none_of_its_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-memory vocabulary keeps every term it has seen (postings refer to terms by
+    position); the side file saved later, at close, writes a placeholder for a term no live
+    memory holds, so the forgotten stems, entity and tag are not written back to disk."""
+    from engramdb.retrieval import lexical_channel
+
+    monkeypatch.setattr(lexical_channel, "SAVE_MIN", 200)  # save at this test's size
+    path = tmp_path / "m.db"
+    secret = ["zorblaxian", "quokkavault", "flurbington", "glimmerquist"]
+
+    def holding(words: list[str]) -> list[str]:
+        return [
+            f.name
+            for f in tmp_path.rglob("*")
+            if f.is_file() and any(w.encode() in f.read_bytes().lower() for w in words)
+        ]
+
+    with DynamicMemoryEngine(path, memory_embedder=None) as eng:
+        me = eng.agent("alice")
+        me.remember_many([{"content": f"filler note {i} about the rota {i % 97}"} for i in range(300)], dedup=False)
+        me.remember("the lunch menu lists Wobblecrisp soup")
+        m = me.remember("Zorblaxian: the passphrase is Quokkavault", entities=["Flurbington"], tags=["Glimmerquist"])
+        me.recall("the passphrase")  # loads the lexical index
+        me.forget(m.id)
+        me.remember_many([{"content": f"later note {i} about lunch {i % 89}"} for i in range(100)], dedup=False)
+        me.recall("lunch")
+    side = path.with_name(path.name + ".engramdb-index") / "lexical.npz"
+    assert side.exists()  # saved at close
+    assert "lexical.npz" in holding(["wobblecrisp"])  # a live memory's word is there
+    assert holding(secret) == []
+    with DynamicMemoryEngine(path, memory_embedder=None) as eng:  # the file is adopted and answers
+        me = eng.agent("alice")
+        assert [h.memory.content for h in me.recall("Wobblecrisp soup", k=1)] == [
+            "the lunch menu lists Wobblecrisp soup"
+        ]
+        assert all("uokkavault" not in m.content for m in me.recall("Quokkavault passphrase", k=3).memories)
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

@@ -430,7 +430,7 @@ class LexicalChannel:
         arrays["indptr"], arrays["ids"] = self._indptr, self._ids
         arrays["delta_terms"] = np.asarray([t for t, _ in pairs], dtype=np.int32)
         arrays["delta_keys"] = np.asarray([k for _, k in pairs], dtype=np.int32)
-        arrays["vocab"] = np.frombuffer("\n".join(self._vocab).encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        arrays["vocab"] = np.frombuffer("\n".join(self._saved_words()).encode("utf-8", "surrogatepass"), dtype=np.uint8)
         stamp = {
             "kind": KIND,
             "instance_id": self._instance,
@@ -445,6 +445,26 @@ class LexicalChannel:
         except OSError as exc:
             log.warning("could not save the lexical index to %s: %s", self.side_file, exc)
         self._dirty = 0
+
+    def _saved_words(self) -> list[str]:
+        """The vocabulary as the side file keeps it: a term no live memory holds any more (the
+        words of a forgotten or rewritten text) is written as a placeholder of its id, ``\x01<id>``,
+        which no stem or entity token can be. The in-memory vocabulary never drops a term (the
+        postings refer to terms by position), so a save after a forget wrote the forgotten words
+        back to disk."""
+        words = list(self._vocab)
+        live = np.zeros(len(words), dtype=np.int64)
+        counts = np.diff(self._indptr)
+        live[: len(counts)] = counts
+        if self._n_stale:
+            # Only the stale postings are located (few): their terms by bisecting the offsets.
+            at = np.flatnonzero(self._stale[self._ids])
+            if len(at):
+                terms = np.searchsorted(self._indptr, at, side="right") - 1
+                live[: len(counts)] -= np.bincount(terms, minlength=len(counts))
+        for t, keys in self._delta.items():
+            live[t] += len(keys)
+        return [w if live[t] > 0 else f"\x01{t}" for t, w in enumerate(words)]
 
     def _restore(self, store: Backend, latest: int) -> None:
         """Adopt the side file when it fits this database; else leave the index empty."""

@@ -322,6 +322,44 @@ def test_a_lexical_side_file_saved_after_a_forget_holds_none_of_its_words(
         assert all("uokkavault" not in m.content for m in me.recall("Quokkavault passphrase", k=3).memories)
 
 
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("interval", [0.2, 0.0])
+def test_a_log_checkpoint_a_reader_blocked_is_owed_until_it_completes(tmp_path: Path, interval: float) -> None:
+    """A forget empties the write-ahead log (its older frames can hold the text). Another
+    connection's open read blocks that; once the read ends, the checkpointer thread (or, without
+    one, the next commit) tries again until the log is empty, rather than leaving the frames to
+    be overwritten some time later."""
+    import time
+
+    path = tmp_path / "m.db"
+    marker = b"zanzibarquux"
+
+    def log_holds() -> bool:
+        log = path.with_name(path.name + "-wal")
+        return log.exists() and marker in log.read_bytes().lower()
+
+    with DynamicMemoryEngine(path, memory_embedder=None, checkpoint_interval=interval) as eng:
+        me = eng.agent("alice")
+        m = me.remember("The courier's passphrase is Zanzibarquux 7")
+        for i in range(20):
+            me.remember(f"filler note {i} about the weekly deploy rota")
+        assert log_holds()
+        reader = sqlite3.connect(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM engram_memories").fetchone()  # holds a snapshot
+        me.forget(m.id)
+        assert log_holds()  # the reader's snapshot may still need those frames
+        reader.rollback()
+        reader.close()
+        if interval == 0:
+            me.remember("a note written after the reader is gone")  # the next commit tries again
+        deadline = time.monotonic() + 10
+        while log_holds() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not log_holds()
+        assert not eng.backend.store.truncate_owed  # type: ignore[attr-defined]
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

@@ -140,21 +140,18 @@ class SqliteBackend:
                 raw.execute(f"PRAGMA secure_delete={_SECURE_DELETE_NAMES.get(before, 'ON')}")
 
     def after_forget(self) -> None:
-        # secure_delete has zeroed the freed space in the database; a checkpoint moves the log into
-        # it, so older copies of the text in the log are overwritten. A checkpoint that another
-        # process's open read blocks is left to SQLite's later ones (the log is reused from its
-        # start once every reader has moved on), so wait at most 0.1 s.
+        # secure_delete and the wipe have zeroed the freed space in the database; a checkpoint
+        # moves the log into it and empties the log, so older copies of the text in the log go
+        # too. Another process's open read blocks that: wait at most 0.1 s, then leave it owed
+        # (`SqliteStore.truncate_owed`) to the checkpointer thread, or to the next commit.
         conn = self._store.connection("engine")
         raw = conn.raw
         if raw.in_transaction:
+            self._store.truncate_owed = True
             return
         with translate(conn):
-            waited = raw.execute("PRAGMA busy_timeout").fetchone()[0]
-            try:
-                raw.execute("PRAGMA busy_timeout=100")
-                raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            finally:
-                raw.execute(f"PRAGMA busy_timeout={int(waited)}")
+            if not self._store.truncate_log(raw) and self._store.checkpointer is not None:
+                self._store.checkpointer.poke()
 
     # -- raw-SQL scopes -----------------------------------------------------------------------------
 

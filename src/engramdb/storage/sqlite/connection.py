@@ -220,6 +220,10 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._closed = False
         self.checkpointer = Checkpointer(self) if settings.checkpoint_interval > 0 else None
+        #: a forget's TRUNCATE checkpoint did not complete (a reader held an older snapshot): the
+        #: log may still hold frames with the forgotten text, so it is tried again (`truncate_log`)
+        #: by the checkpointer thread, or after the next commit without one, until it completes
+        self.truncate_owed = False
         # Switch the file to WAL once; the mode is persistent in the file.
         with self._open() as first:
             try:
@@ -394,6 +398,24 @@ class SqliteStore:
                 raw.execute("RELEASE engram_call" if nested else "COMMIT")
         if not nested and self.checkpointer is not None:
             self.checkpointer.poke()
+        elif not nested and self.truncate_owed:
+            with conn.trusted() as raw, contextlib.suppress(sqlite3.Error):
+                self.truncate_log(raw)
+
+    def truncate_log(self, raw: sqlite3.Connection) -> bool:
+        """Copy the whole write-ahead log into the database and empty it (a TRUNCATE checkpoint),
+        waiting at most 0.1 s for readers; True when that completed. Until it does,
+        `truncate_owed` stays set: after a forget the log's older frames may hold its text
+        (a log restarted from its start keeps the frames past the new ones)."""
+        waited = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
+        try:
+            raw.execute("PRAGMA busy_timeout=100")
+            row = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            raw.execute(f"PRAGMA busy_timeout={waited}")
+        done = row is not None and int(row[0]) == 0
+        self.truncate_owed = not done
+        return done
 
     def _table_exists(self, name: str) -> bool:
         conn = self.connection("engine")
@@ -499,7 +521,9 @@ class Checkpointer:
         interval = self._store.settings.checkpoint_interval
         try:
             while not self._stopping:
-                wake.wait()
+                # An owed TRUNCATE (see `SqliteStore.truncate_owed`) is tried again every interval,
+                # with or without commits to wake the thread.
+                wake.wait(interval if self._store.truncate_owed else None)
                 soon.wait(interval)
                 if halt.is_set():
                     return  # closing: the last connection's close checkpoints
@@ -508,7 +532,10 @@ class Checkpointer:
                 try:
                     if raw is None:
                         raw = self._store._open()
-                    raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    if self._store.truncate_owed:
+                        self._store.truncate_log(raw)
+                    else:
+                        raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.runs += 1
                     # Writers keep appending while it copies, so the log seldom restarts from
                     # its start after it: the writer that passes the bound checkpoints what is

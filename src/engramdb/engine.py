@@ -288,6 +288,15 @@ class DynamicMemoryEngine:
             return names
         return [n for n in names if ascii_lower(n).startswith(("shared_", "private_"))]
 
+    def compact(self) -> None:
+        """Rewrite the store's files from their live rows, so that nothing deleted survives in
+        them. `Agent.forget` already zeroes the text's cells and every free page (SQLite) and
+        empties the log; a b-tree rebalance can still leave old bytes of a row in the unused
+        space of a page in use, which only a rewrite reaches. SQLite: VACUUM (the whole file;
+        minutes at a million memories, and room for a second copy); PostgreSQL: VACUUM FULL of
+        the engine's tables (each locked while it is rewritten). Not inside a transaction."""
+        self._backend.compact()
+
     def close(self) -> None:
         """Close every connection; the store stays as it is. Saves the vector side file first when
         more than a tenth of the cached vectors changed since it was last saved."""

@@ -794,6 +794,13 @@ class Backend(Protocol):
         no such traces has nothing to do here."""
         ...
 
+    def compact(self) -> None:
+        """Rewrite the store's files from their live rows (SQLite: VACUUM, then an empty log;
+        PostgreSQL: VACUUM FULL of the engine's tables), so that nothing deleted survives in them,
+        not even in the unused space of pages still in use. Outside any transaction; slow on a
+        large store (the whole file is rewritten) and needs room for a second copy."""
+        ...
+
     def after_forget(self) -> None:
         """Best effort, after a forget committed: make deleted text unrecoverable from the
         store's files (a log checkpoint), waiting at most a moment for other readers."""

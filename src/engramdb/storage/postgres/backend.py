@@ -181,6 +181,22 @@ class PostgresBackend:
         # Nothing to switch: dead row versions stay until VACUUM marks them free (after_forget).
         yield
 
+    def compact(self) -> None:
+        # VACUUM FULL writes each table anew from its live rows and drops the old files, dead
+        # row versions (a forgotten text's among them) included; it needs the tables' owner, so
+        # it runs on a connection of the opening role. It locks each table while it runs.
+        if self.in_transaction():
+            raise TransactionError("compact() cannot run inside a transaction: commit or roll it back first")
+        conn = self._store.connect()
+        try:
+            with translate():
+                conn.execute(
+                    "VACUUM FULL engram.engram_memories, engram.engram_versions, engram.engram_recalls, "
+                    "engram.engram_access, engram.engram_vectors, engram.engram_edges, engram.engram_tombstones"
+                )
+        finally:
+            conn.close()
+
     def after_forget(self) -> None:
         # Best effort: VACUUM marks the dead row versions holding the forgotten text as free space,
         # to be overwritten by later writes; it needs the tables' owner, so it runs on a connection

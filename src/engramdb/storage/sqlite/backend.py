@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engramdb.errors import TransactionError
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.sqlite.connection import SqliteSettings, SqliteStore, translate
 from engramdb.storage.sqlite.graph import SqliteEdges
@@ -138,6 +139,19 @@ class SqliteBackend:
                 # PRAGMA secure_delete reads back 0 / 1 / 2, but only accepts FAST by name: "=2"
                 # parses as a boolean and sets ON.
                 raw.execute(f"PRAGMA secure_delete={_SECURE_DELETE_NAMES.get(before, 'ON')}")
+
+    def compact(self) -> None:
+        # Cells deleted or moved by a b-tree rebalance can leave their old bytes in the unused
+        # space between a live page's cell pointers and its cells, which neither secure_delete nor
+        # the freelist wipe reach; VACUUM rebuilds every page from the live rows. Keys (INTEGER
+        # PRIMARY KEY) are kept, so the side files stay valid.
+        conn = self._store.connection("engine")
+        raw = conn.raw
+        if raw.in_transaction:
+            raise TransactionError("compact() cannot run inside a transaction: commit or roll it back first")
+        with translate(conn):
+            raw.execute("VACUUM")
+            self._store.truncate_log(raw)
 
     def after_forget(self) -> None:
         # secure_delete and the wipe have zeroed the freed space in the database; a checkpoint

@@ -22,7 +22,13 @@ def test_tokens_sort_by_their_second_and_never_repeat() -> None:
 
 @pytest.mark.parametrize(
     ("now", "stamp"),
-    [(-5.0, "00000000"), (float("nan"), "00000000"), (float("inf"), "00000000"), (1e12, "ffffffff")],
+    [
+        (-5.0, "00000000"),
+        (float("nan"), "00000000"),
+        (float("inf"), "ffffffff"),
+        (float("-inf"), "00000000"),
+        (1e12, "ffffffff"),
+    ],
 )
 def test_a_clock_outside_the_stamps_range_still_mints_ids(now: float, stamp: str) -> None:
     tokens = id_tokens(now, 3)

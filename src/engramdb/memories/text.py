@@ -28,16 +28,16 @@ _LAST_STAMP = 0xFFFFFFFF
 
 
 def id_tokens(now: float, count: int) -> list[str]:
-    """`count` new id tokens: the second of `now` in 8 hex digits (clamped to 1970-2106), then 16
-    random hex digits (64 bits from `secrets`, so two tokens of one second collide as rarely as
-    the random-only tokens before them did).
+    """`count` new id tokens: the second of `now` in 8 hex digits (clamped to 1970-2106; NaN reads
+    as 1970), then 16 random hex digits (64 bits from `secrets`, so two tokens of one second
+    collide as rarely as the random-only tokens before them did).
 
     Tokens of one second sort after every earlier second's, so the unique indexes on memory and
     recall ids grow at their end. Random-only ids put each new id on a random page of those
     indexes: at 1M memories that was ~630 of the ~2,200 pages a batch of 1,000 writes to the
     WAL, and ~35 ms of the batch. An id therefore tells when it was minted, to the second; the
     memory's `recorded_at` says as much to anyone who can see it."""
-    second = int(min(max(now, 0.0), float(_LAST_STAMP))) if math.isfinite(now) else 0
+    second = 0 if math.isnan(now) else int(min(max(now, 0.0), float(_LAST_STAMP)))
     randomness = secrets.token_hex(8 * count)
     return [f"{second:08x}{randomness[16 * i : 16 * i + 16]}" for i in range(count)]
 

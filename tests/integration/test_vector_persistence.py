@@ -183,6 +183,31 @@ def test_a_forgotten_memorys_vector_leaves_every_side_file(db: Path, clock: Fixe
         assert row is None or not channel_of(engine).index.vectors_of(np.array([gone_n])).any()
 
 
+def test_close_writes_again_the_side_files_a_forget_dropped(
+    db: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forget drops both side files; the engine that forgot writes them again at close, from
+    caches that caught up with the forget, so the next process adopts them instead of rebuilding
+    (and neither holds the forgotten vector or words)."""
+    lexical = side_dir_for(db) / "lexical.npz"
+    with open_engine(db, clock) as engine:
+        results(engine)
+        me = engine.agent("alice")
+        gone = me.search("amber wren ferry", k=1)[0].memory
+        gone_n = key_of(engine, gone.id)
+        vec = channel_of(engine).index.vectors_of(np.array([gone_n]))[0].copy()
+        assert side(db).exists() and lexical.exists()
+        me.forget(gone.id)
+        assert not side(db).exists() and not lexical.exists()
+    assert side(db).exists() and lexical.exists()  # written again at close
+    assert not (np.abs(saved_rows(side(db)) - vec).max(axis=1) < 1e-6).any()
+    no_rebuild(monkeypatch)
+    with open_engine(db, clock) as engine:
+        results(engine)
+        assert channel_of(engine).restored and engine._runtime.recaller.lexical.restored
+        assert gone_n not in vector_hits(engine, gone.content)
+
+
 def test_forgotten_memories_stay_invisible_after_reopen(
     tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,6 +74,8 @@ def test_memory_commands_with_json(tmp_path: Path) -> None:
     assert json.loads(refused.stderr)["error"] == "Forgotten"
     assert _run(db, "forget", mid).exit_code == Exit.OK  # forgetting twice is harmless
     assert _run(db, "forget", "alice:00000000deadbeef").exit_code == Exit.NOT_FOUND
+    assert _json(_run(db, "--json", "compact"))["compacted"] is True  # type: ignore[index]
+    assert _json(_run(db, "--json", "stats"))["memories"] == 2  # type: ignore[index]
     rep = _json(_run(db, "--json", "reflect", "--step", "rescore"))
     assert [s["step"] for s in rep["steps"]] == ["rescore"]  # type: ignore[index]
 

@@ -8,6 +8,7 @@ exits with a code from `engramdb.cli.support.Exit`. See ``docs/cli.md``.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,16 @@ def forget(memory_id: str, reason: str) -> None:
     """Forget a memory for good, leaving a tombstone so the text is not stored again by accident."""
     stone = settings().agent().forget(memory_id, reason=reason)
     emit(stone, f"forgot {stone.memory_id}")
+
+
+@cli.command()
+@json_option
+def compact() -> None:
+    """Rewrite the store from its live rows, so that nothing forgotten survives on disk (slow on a big store)."""
+    started = time.perf_counter()
+    settings().engine().compact()
+    seconds = round(time.perf_counter() - started, 2)
+    emit({"compacted": True, "seconds": seconds}, f"compacted in {seconds:.2f}s")
 
 
 @cli.group(invoke_without_command=True)

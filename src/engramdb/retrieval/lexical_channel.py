@@ -260,12 +260,14 @@ class LexicalChannel:
 
     def save_if_changed(self, store: Backend) -> None:
         """Save the side file when more than a tenth of the rows changed since the last save (or
-        adoption), after catching up with `store`; called by `DynamicMemoryEngine.close`."""
+        adoption), or when it is gone (a forget drops it), after catching up with `store`; called
+        by `DynamicMemoryEngine.close`."""
         with self._lock:
             if self._seen < 0:
                 return
             self.refresh(store)
-            if self._size >= SAVE_MIN and self._dirty > _CLOSE_SAVE_SHARE * self._size:
+            dropped = self.side_file is not None and not self.side_file.exists()  # by a forget
+            if self._size >= SAVE_MIN and (dropped or self._dirty > _CLOSE_SAVE_SHARE * self._size):
                 self._save(store)
 
     def _ensure(self, size: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,15 +133,22 @@ def test_forget_leaves_a_tombstone_and_blocks_silent_recreation(eng: DynamicMemo
     assert raw_count(eng, "SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'") == 1
 
 
+def _files_holding(root: Path, words: Sequence[str]) -> list[str]:
+    """The files under `root` (the side-file folder too) holding any of `words`, case aside."""
+    needles = [w.lower().encode() for w in words]
+    return sorted(
+        str(f.relative_to(root))
+        for f in root.rglob("*")
+        if f.is_file() and any(n in f.read_bytes().lower() for n in needles)
+    )
+
+
 @pytest.mark.sqlite_only
 def test_forgotten_text_is_gone_from_every_file_on_disk(tmp_path: Path, clock: FixedClock) -> None:
     """Not only unlinked from the b-tree: the bytes of the text, its old version and its index
     terms are overwritten (secure_delete) and the write-ahead log is checkpointed away."""
     path = tmp_path / "m.db"
     marker = "Zanzibarquux"
-
-    def files_holding(needle: str) -> list[str]:
-        return [f.name for f in tmp_path.iterdir() if f.is_file() and needle.encode() in f.read_bytes()]
 
     with DynamicMemoryEngine(path, clock=clock) as eng:
         me = eng.agent("alice")
@@ -150,11 +157,11 @@ def test_forgotten_text_is_gone_from_every_file_on_disk(tmp_path: Path, clock: F
         m = me.remember(f"The courier's passphrase is {marker} 7", title=f"{marker} passphrase", tags=[marker])
         me.update(m.id, content=f"The courier's passphrase is {marker} 8")  # keeps a version of the old text
         me.recall("the courier")  # loads the caches (and the vector file once there is one)
-        assert files_holding(marker)
+        assert _files_holding(tmp_path, [marker])
         me.forget(m.id, reason="secret")
-        assert not files_holding(marker), "the forgotten text is still on disk"
+        assert not _files_holding(tmp_path, [marker]), "the forgotten text is still on disk"
         me.remember("a note written after the forget")
-    assert not files_holding(marker)
+    assert not _files_holding(tmp_path, [marker])
 
 
 @pytest.mark.sqlite_only
@@ -164,9 +171,6 @@ def test_a_forgotten_long_text_leaves_no_copy_in_freed_pages(tmp_path: Path, clo
     those pages may keep it."""
     path = tmp_path / "m.db"
     marker = "Quokkavault"
-
-    def files_holding(needle: str) -> list[str]:
-        return [f.name for f in tmp_path.iterdir() if f.is_file() and needle.encode() in f.read_bytes()]
 
     with DynamicMemoryEngine(path, clock=clock) as eng:
         me = eng.agent("alice")
@@ -181,7 +185,7 @@ def test_a_forgotten_long_text_leaves_no_copy_in_freed_pages(tmp_path: Path, clo
         assert raw.execute("PRAGMA freelist_count").fetchone()[0] > 0
         raw.close()
         me.forget(m.id, reason="secret")
-        assert not files_holding(marker), "the forgotten text is still on disk"
+        assert not _files_holding(tmp_path, [marker]), "the forgotten text is still on disk"
         assert [x.id for x in me.memories()] == [kept.id]
         assert me.recall("the vault manifest").memories[0].id == kept.id  # the file still works
 
@@ -294,13 +298,6 @@ def test_a_lexical_side_file_saved_after_a_forget_holds_none_of_its_words(
     path = tmp_path / "m.db"
     secret = ["zorblaxian", "quokkavault", "flurbington", "glimmerquist"]
 
-    def holding(words: list[str]) -> list[str]:
-        return [
-            f.name
-            for f in tmp_path.rglob("*")
-            if f.is_file() and any(w.encode() in f.read_bytes().lower() for w in words)
-        ]
-
     with DynamicMemoryEngine(path, memory_embedder=None) as eng:
         me = eng.agent("alice")
         me.remember_many([{"content": f"filler note {i} about the rota {i % 97}"} for i in range(300)], dedup=False)
@@ -312,8 +309,8 @@ def test_a_lexical_side_file_saved_after_a_forget_holds_none_of_its_words(
         me.recall("lunch")
     side = path.with_name(path.name + ".engramdb-index") / "lexical.npz"
     assert side.exists()  # saved at close
-    assert "lexical.npz" in holding(["wobblecrisp"])  # a live memory's word is there
-    assert holding(secret) == []
+    assert "m.db.engramdb-index/lexical.npz" in _files_holding(tmp_path, ["wobblecrisp"])  # a live word is there
+    assert _files_holding(tmp_path, secret) == []
     with DynamicMemoryEngine(path, memory_embedder=None) as eng:  # the file is adopted and answers
         me = eng.agent("alice")
         assert [h.memory.content for h in me.recall("Wobblecrisp soup", k=1)] == [
@@ -389,9 +386,6 @@ def test_compact_leaves_no_forgotten_bytes_in_the_unused_space_of_live_pages(tmp
     def marker() -> str:
         return "xq" + "".join(rng.choice(string.ascii_lowercase) for _ in range(6)) + "zk"
 
-    def holding(words: list[bytes]) -> list[str]:
-        return [f.name for f in tmp_path.rglob("*") if f.is_file() and any(w in f.read_bytes() for w in words)]
-
     clock = FixedClock(1_700_000_000.0)
     marks: dict[str, list[str]] = {}
     vocabulary = ["alpha", "beta", "gamma", "delta", "omega", "rota", "deploy"]
@@ -425,10 +419,10 @@ def test_compact_leaves_no_forgotten_bytes_in_the_unused_space_of_live_pages(tmp
         gone = rng.sample(ids, 80)
         for i in gone:
             me.forget(i)
-        secret = [w.encode() for i in gone for w in marks[i]]
-        left_by_forget = holding(secret)  # may hold some: what compact() is for
+        secret = [w for i in gone for w in marks[i]]
+        left_by_forget = _files_holding(tmp_path, secret)  # may hold some: what compact() is for
         eng.compact()
-        assert holding(secret) == [], f"after forget alone: {left_by_forget}"
+        assert _files_holding(tmp_path, secret) == [], f"after forget alone: {left_by_forget}"
         assert len(me.memories()) == len(ids) - 80
 
 

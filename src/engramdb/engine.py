@@ -294,7 +294,10 @@ class DynamicMemoryEngine:
         empties the log; a b-tree rebalance can still leave old bytes of a row in the unused
         space of a page in use, which only a rewrite reaches. SQLite: VACUUM (the whole file;
         26 s for the 2.8 GB file of a million memories, and room for a second copy); PostgreSQL: VACUUM FULL of
-        the engine's tables (each locked while it is rewritten). Not inside a transaction."""
+        the engine's tables (each locked while it is rewritten; run it with the URL of the
+        tables' owner). Not inside a transaction. SQLite's VACUUM keeps every engine key but may
+        renumber the rowids of a raw-SQL table without an INTEGER PRIMARY KEY: give such a table
+        one if anything refers to its rows by rowid."""
         self._backend.compact()
 
     def close(self) -> None:

@@ -426,6 +426,64 @@ def test_compact_leaves_no_forgotten_bytes_in_the_unused_space_of_live_pages(tmp
         assert len(me.memories()) == len(ids) - 80
 
 
+@pytest.mark.sqlite_only
+def test_an_owed_log_checkpoint_is_tried_once_a_second_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the checkpointer thread, commits retry an owed TRUNCATE at most once a second and
+    without waiting for the reader (a 0.1 s wait on every commit made each write 100 ms)."""
+    from engramdb.storage.sqlite.connection import SqliteStore
+
+    path = tmp_path / "m.db"
+    with DynamicMemoryEngine(path, memory_embedder=None, checkpoint_interval=0) as eng:
+        me = eng.agent("alice")
+        m = me.remember("The courier's passphrase is Zanzibarquux 7")
+        reader = sqlite3.connect(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM engram_memories").fetchone()
+        me.forget(m.id)
+        store = eng.backend.store  # type: ignore[attr-defined]
+        assert store.truncate_owed
+        tries: list[int] = []
+        real = SqliteStore.truncate_log
+
+        def counted(self: SqliteStore, raw: sqlite3.Connection, *, wait_ms: int = 100) -> bool:
+            tries.append(wait_ms)
+            return real(self, raw, wait_ms=wait_ms)
+
+        monkeypatch.setattr(SqliteStore, "truncate_log", counted)
+        for i in range(5):
+            me.remember(f"note {i} written while the reader holds its snapshot")
+        assert tries in ([0], [])  # one try at most within the second, not waiting
+        assert store.truncate_owed
+        reader.rollback()
+        reader.close()
+
+
+@pytest.mark.sqlite_only
+def test_a_hit_forgotten_by_another_process_during_a_recall_is_left_out(tmp_path: Path) -> None:
+    """The caches were read before another engine forgot the hit; the rows read next no longer
+    show it: the recall leaves it out instead of failing with a KeyError."""
+    path = tmp_path / "m.db"
+    with DynamicMemoryEngine(path, memory_embedder=None) as one, DynamicMemoryEngine(path, memory_embedder=None) as two:
+        a1, a2 = one.agent("alice"), two.agent("alice")
+        for i in range(10):
+            a1.remember(f"filler {i} about lunch", dedup=False)
+        m = a1.remember("The vault code is Quokkavault")
+        a1.recall("lunch")
+        lexical = one._runtime.recaller.lexical
+        real = lexical.search
+
+        def racing(*args: Any, **kwargs: Any) -> Any:
+            out = real(*args, **kwargs)
+            a2.forget(m.id)  # another process forgets the hit while this recall ranks
+            return out
+
+        lexical.search = racing  # type: ignore[method-assign]
+        got = a1.recall("vault code")
+        assert m.id not in {h.memory.id for h in got}
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

@@ -377,9 +377,13 @@ class Recaller:
         top, near = shown[:k], shown[k:]
         # Only the memories shown are read in full; explain names the near misses by id and title.
         full = store.memories.many(vis, [c.n for c in top])
+        # The caches were read at `latest`; a memory forgotten or archived since (another process's
+        # forget, a merge, a prune) is no longer visible: it is left out, not a KeyError.
+        top = [c for c in top if c.n in full]
         for c in top:
             c.memory = full[c.n]
         names = store.memories.names([c.n for c in near])
+        near = [c for c in near if c.n in names]
         for c in near:
             c.name = names[c.n]
         recall_id = None if dry_run else "rc_" + id_tokens(now, 1)[0]

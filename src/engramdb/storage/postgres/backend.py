@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from engramdb.errors import TransactionError
+from engramdb.errors import BackendError, TransactionError
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import MemoryScope
 from engramdb.storage.postgres.connection import STORE, PgStore, PostgresSettings, translate
@@ -190,6 +190,16 @@ class PostgresBackend:
         conn = self._store.connect()
         try:
             with translate():
+                # VACUUM FULL skips, with only a WARNING, a table its role does not own: check first.
+                foreign = conn.execute(
+                    "SELECT tablename, tableowner FROM pg_tables WHERE schemaname = 'engram' "
+                    "AND NOT pg_has_role(current_user, tableowner, 'USAGE')"
+                ).fetchall()
+                if foreign:
+                    raise BackendError(
+                        f"compact() needs the owner of the engine's tables; {foreign[0][1]} owns {foreign[0][0]}, "
+                        "not this URL's role: run it with the owner's URL"
+                    )
                 conn.execute(
                     "VACUUM FULL engram.engram_memories, engram.engram_versions, engram.engram_recalls, "
                     "engram.engram_access, engram.engram_vectors, engram.engram_edges, engram.engram_tombstones"

@@ -484,6 +484,35 @@ def test_a_hit_forgotten_by_another_process_during_a_recall_is_left_out(tmp_path
         assert m.id not in {h.memory.id for h in got}
 
 
+def test_merged_copies_are_found_by_the_merge_not_by_their_text(
+    make_engine: Callable[..., DynamicMemoryEngine],
+) -> None:
+    """A survivor updated after the merge still takes its merged copy with it when forgotten;
+    an archived memory linked `refines` by a supersede (not a merge) whose words it holds is
+    not taken for a copy (found by a review: the text test missed the first and took the second)."""
+    eng = make_engine(memory_embedder=None)
+    me = eng.agent("alice")
+    me.remember("Alice's locker code is 4417.", dedup=False)
+    me.remember("alice's locker code is 4417", dedup=False)
+    assert me.reflect(steps=["merge"]).merged == 1
+    [survivor] = me.memories()
+    [twin] = [m for m in me.memories(include_archived=True) if m.archived]
+    me.update(survivor.id, content="Alice's locker code changed to 9031.")
+    me.forget(survivor.id)
+    with pytest.raises(NotFound):
+        me.get(twin.id)
+
+    old = me.remember("Standup is on Monday and Tuesday.")
+    new = me.remember("Standup is on Tuesday.")
+    me.supersede(old.id, new.id)  # new refines old
+    store = eng.backend
+    with store.atomic():
+        store.memories.archive("default", [new.id], store.changes.next())
+    me.forget(old.id)
+    assert me.get(new.id, touch=False).archived  # still there: it was never merged into `old`
+    assert me.remember("Standup is on Tuesday.", dedup=False).content == "Standup is on Tuesday."  # no tombstone
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

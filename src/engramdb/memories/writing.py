@@ -607,25 +607,33 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
 
 
 def _merged_twins(rt: Runtime, who: Principal, found: Stored) -> list[Stored]:
-    """The archived copies reflection merged into `found`: archived memories of its owner and type
-    with a ``refines`` edge to it whose text says nothing it does not (`says_nothing_new`, the
-    merge's own test). Forgetting a memory forgets them too: a merge archives the duplicate with
-    its text, and forgetting only the survivor left that text in the store."""
-    memory = found.memory
+    """The archived memories reflection merged into `found`, and those merged into them: each is
+    archived, of its owner and type, linked ``refines`` to the memory it went into, and carries
+    the merge's own access record ("merge <its id> into <that id>", channel reflected). Forgetting
+    a memory forgets them too: a merge archives the duplicate with its text, and forgetting only
+    the survivor left that text in the store. Found by that record, not by comparing texts, so
+    a survivor updated since still finds its copies, and a memory linked ``refines`` for another
+    reason (a supersede, a user's link) is never taken for one."""
     vis = who.visibility(include_archived=True)
-    text = f"{memory.title}. {memory.content}" if memory.title else memory.content
     out: list[Stored] = []
-    for edge in rt.store.edges.touching(vis, found.key):
-        if edge.type is not EdgeType.REFINES or edge.target != memory.id or edge.source == memory.id:
-            continue
-        twin = rt.store.memories.get(vis, edge.source)
-        if twin is None or not twin.memory.archived:
-            continue
-        m = twin.memory
-        if m.owner != memory.owner or m.type is not memory.type:
-            continue
-        if says_nothing_new(f"{m.title}. {m.content}" if m.title else m.content, text):
-            out.append(twin)
+    seen = {found.key}
+    todo = [found]
+    while todo:
+        into = todo.pop()
+        for edge in rt.store.edges.touching(vis, into.key):
+            if edge.type is not EdgeType.REFINES or edge.target != into.memory.id:
+                continue
+            twin = rt.store.memories.get(vis, edge.source)
+            if twin is None or twin.key in seen or not twin.memory.archived:
+                continue
+            m = twin.memory
+            if m.owner != into.memory.owner or m.type is not into.memory.type:
+                continue
+            record = f"merge {m.id} into {into.memory.id}"[:200]  # as the access stream keeps queries
+            if any(r.channel is Channel.REFLECTED and r.query == record for r in rt.store.accesses.records(twin.key)):
+                seen.add(twin.key)
+                out.append(twin)
+                todo.append(twin)
     return out
 
 

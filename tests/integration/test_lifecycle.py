@@ -513,6 +513,44 @@ def test_merged_copies_are_found_by_the_merge_not_by_their_text(
     assert me.remember("Standup is on Tuesday.", dedup=False).content == "Standup is on Tuesday."  # no tombstone
 
 
+def test_a_remember_racing_a_forget_of_its_match_is_refused_not_answered_with_the_husk(
+    make_engine: Callable[..., DynamicMemoryEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dedup finds its match before the write's transaction; another engine forgets that match in
+    between. Inside the transaction the match is looked at again: the text is refused by the new
+    tombstone (before, the call returned the forgotten memory's empty, archived husk), and with
+    force=True the text is stored as a new memory."""
+    from engramdb.memories import writing
+
+    one, two = make_engine(memory_embedder=None), make_engine(memory_embedder=None)
+    a, b = one.agent("alice"), two.agent("alice")
+    m = a.remember("The courier's passphrase is Zanzibarquux 7")
+    real = writing._same_text
+
+    def racing(*args: Any) -> Any:
+        out = real(*args)
+        if b.memories() and b.memories()[0].id == m.id:
+            b.forget(m.id, reason="secret")  # between the dedup read and the write
+        return out
+
+    monkeypatch.setattr(writing, "_same_text", racing)
+    with pytest.raises(Forgotten):
+        a.remember("the courier's passphrase is zanzibarquux 7")
+    assert a.memories() == []
+    n = a.remember("Bring the spare key to the depot.")
+
+    def racing_other(*args: Any) -> Any:
+        out = real(*args)
+        live = b.memories()
+        if live and live[0].id == n.id:
+            b.forget(n.id)
+        return out
+
+    monkeypatch.setattr(writing, "_same_text", racing_other)
+    got = a.remember("Bring the spare key to the depot.", force=True)
+    assert got.id != n.id and got.content == "Bring the spare key to the depot." and not got.archived
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

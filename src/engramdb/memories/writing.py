@@ -206,6 +206,20 @@ def _remember_prepared(
     # One transaction: the new memories, then the reinforcement of what the others duplicate
     # (stored memories, or new ones of this batch).
     with store.atomic():
+        if stored:
+            # The stored matches were found before this transaction: one forgotten (or archived)
+            # since is nobody's match, and its item is written as new, unless a tombstone now
+            # refuses its text (else a remember racing a forget returned the forgotten husk).
+            # The write lock first (PostgreSQL: the change counter's row; SQLite holds it already).
+            store.changes.next()
+            live = store.memories.many(who.visibility(), sorted(set(stored.values())))
+            lost = [j for j, n in stored.items() if n not in live]
+            if lost:
+                if not force:
+                    _refuse_forgotten(rt, who, [prepared[j] for j in lost])
+                for j in lost:
+                    del stored[j]
+                kept = sorted([*kept, *lost])
         keys, fresh = (
             _insert(rt, who, [prepared[i] for i in kept], None if vectors is None else vectors[kept], now)
             if kept
@@ -217,11 +231,11 @@ def _remember_prepared(
             store, [Touch(n, Channel.REINFORCED) for n in sorted(set(target.values()))], now=now, tenant=who.tenant,
             reader=who.agent_id, ring_size=rt.scoring.ring_size,
         )  # fmt: skip
+        # The reinforced memories as this transaction leaves them, in one read.
+        reread = store.memories.many(who.visibility(include_archived=True), sorted(set(target.values())))
     by_index = dict(zip(kept, fresh, strict=True))
-    # The reinforced memories as they are now, in one read (they were visible to the writer).
-    reread = store.memories.many(who.visibility(include_archived=True), sorted(set(target.values())))
     again = {n: rt.annotate(m) for n, m in reread.items()}
-    for n in set(target.values()) - set(again):  # changed by a concurrent writer since: as stored
+    for n in set(target.values()) - set(again):  # not visible to the writer any more: as stored
         found = store.memories.get_key(n)
         assert found is not None
         again[n] = rt.annotate(found.memory)

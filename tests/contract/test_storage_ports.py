@@ -144,6 +144,16 @@ def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, 
     )
 
 
+def test_retired_since_tells_whether_a_memory_was_forgotten_after_a_change(backend: Backend, store: Store) -> None:
+    keys = store(memory(content="one"), memory(content="two"))
+    before = backend.changes.current()
+    backend.memories.archive("default", [], backend.changes.next())  # a change that forgets nothing
+    assert not backend.memories.retired_since(before)
+    backend.memories.retire(keys[1], f"forgotten:{keys[1]}", backend.changes.next())
+    assert backend.memories.retired_since(before)
+    assert not backend.memories.retired_since(backend.changes.current())
+
+
 def test_page_filters_counts_and_pages_inside_the_query(backend: Backend, store: Store) -> None:
     ms = [
         memory(content="fsync dominates p99", tags=("latency", "disk")),

@@ -551,6 +551,37 @@ def test_a_remember_racing_a_forget_of_its_match_is_refused_not_answered_with_th
     assert got.id != n.id and got.content == "Bring the spare key to the depot." and not got.archived
 
 
+@pytest.mark.sqlite_only
+def test_a_side_file_saved_across_another_engines_forget_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Engine A saves its lexical cache at close; engine B forgets a memory A's cache still holds
+    between A's catch-up read and A's write (simulated at the write). A's file may hold the
+    forgotten words, so A removes it again (found by a review: the words stayed on disk)."""
+    from engramdb.retrieval import lexical_channel, side_files
+
+    monkeypatch.setattr(lexical_channel, "SAVE_MIN", 200)
+    path = tmp_path / "m.db"
+    a, b = DynamicMemoryEngine(path, memory_embedder=None), DynamicMemoryEngine(path, memory_embedder=None)
+    first, second = a.agent("alice"), b.agent("alice")
+    first.remember_many([{"content": f"filler note {i} about the rota {i % 97}"} for i in range(300)], dedup=False)
+    throwaway = first.remember("a throwaway note about Wobblecrisp")
+    secret = first.remember("Zorblaxian passphrase Quokkavault")
+    first.recall("passphrase")  # A's lexical cache holds the secret
+    second.forget(throwaway.id)  # drops the side files: A's close saves them again
+    real = side_files.write_side_file
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        second.forget(secret.id)  # lands after A's catch-up, before its file is written
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(side_files, "write_side_file", racing)
+    a.close()
+    monkeypatch.setattr(side_files, "write_side_file", real)
+    assert _files_holding(tmp_path, ["quokkavault", "zorblaxian"]) == []
+    b.close()
+
+
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:
     alice, bob = eng.agent("alice"), eng.agent("bob")
     alice.forget(alice.remember("the launch code is blue").id)

@@ -444,6 +444,11 @@ class LexicalChannel:
         }
         try:
             side_files.write_side_file(self.side_file, arrays, stamp, database=self._database)
+            if store.memories.retired_since(self._seen):
+                # Another engine forgot a memory after this cache's snapshot, and may have dropped
+                # the side files before this one was written: this file may hold what it forgot.
+                side_files.remove_side_files(self._database)
+                return
         except OSError as exc:
             log.warning("could not save the lexical index to %s: %s", self.side_file, exc)
         self._dirty = 0

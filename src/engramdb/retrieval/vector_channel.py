@@ -304,6 +304,11 @@ class VectorChannel:
                 "columns": self.cols.codes_state(),
             }
             side_files.write_side_file(self.side_file, arrays, stamp, database=self._database)
+            if store.memories.retired_since(self._seen):
+                # Another engine forgot a memory after this cache's snapshot, and may have dropped
+                # the side files before this one was written: this file may hold what it forgot.
+                side_files.remove_side_files(self._database)
+                return
             # Older IVF files of this embedder are no one's any more (a reader of the old stamp
             # that loses this race reads the new pair again, or loads from the database).
             for old in folder.glob(f"{stem}.*.faiss"):

@@ -229,6 +229,11 @@ class MemoryRows(Protocol):
         dedup compares a new memory with."""
         ...
 
+    def retired_since(self, change: int) -> bool:
+        """True when a write after change sequence `change` forgot a memory (retired its row):
+        a cache saved from a snapshot at `change` may still hold what it forgot."""
+        ...
+
     def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
         """The memories `vis` shows whose content hash (`memories.text.content_hash`) is one of
         `hashes`, lowest key first: what dedup on write compares a new text with when there are

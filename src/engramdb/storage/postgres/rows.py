@@ -283,6 +283,10 @@ class PgMemoryRows:
         rows = self._fetch(KEYS, f"SELECT n, content, entities FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
         return {int(n): (str(c), labels(e)) for n, c, e in rows}
 
+    def retired_since(self, change: int) -> bool:
+        sql = f"SELECT 1 FROM {M} WHERE changed > %s AND id LIKE 'forgotten:%%' LIMIT 1"  # noqa: S608 - engine table name, values bound
+        return bool(self._fetch(KEYS, sql, (change,)))
+
     def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
         if not hashes:
             return []

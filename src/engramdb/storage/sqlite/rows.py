@@ -301,6 +301,11 @@ class SqliteMemoryRows:
         return {int(n): (str(c), labels(e)) for n, c, e in self._db().execute(sql, tuple(keys))}
 
     @translated
+    def retired_since(self, change: int) -> bool:
+        sql = "SELECT 1 FROM engram_memories WHERE changed > ? AND id LIKE 'forgotten:%' LIMIT 1"
+        return self._db().execute(sql, (change,)).fetchone() is not None
+
+    @translated
     def same_content(self, vis: Visibility, hashes: Sequence[str]) -> list[ContentMatch]:
         self._hash_index()
         pred, params = predicate(vis)

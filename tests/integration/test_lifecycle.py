@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -580,6 +581,47 @@ def test_a_side_file_saved_across_another_engines_forget_is_not_kept(
     monkeypatch.setattr(side_files, "write_side_file", real)
     assert _files_holding(tmp_path, ["quokkavault", "zorblaxian"]) == []
     b.close()
+
+
+@pytest.mark.sqlite_only
+def test_an_owed_log_checkpoint_is_taken_up_by_another_process(tmp_path: Path) -> None:
+    """The engine that forgot closes while a reader still blocks the log checkpoint; the debt is
+    recorded in the file, and another engine that keeps writing empties the log once the reader
+    is gone (before, it never learnt of it and the text stayed in the log)."""
+    import time
+
+    path = tmp_path / "m.db"
+    marker = b"zanzibarquux"
+
+    def log_holds() -> bool:
+        log = path.with_name(path.name + "-wal")
+        return log.exists() and marker in log.read_bytes().lower()
+
+    other = DynamicMemoryEngine(path, memory_embedder=None, checkpoint_interval=0.2)
+    try:
+        writer = other.agent("bob")
+        with DynamicMemoryEngine(path, memory_embedder=None, checkpoint_interval=0.2) as eng:
+            me = eng.agent("alice")
+            m = me.remember("The courier's passphrase is Zanzibarquux 7")
+            reader = sqlite3.connect(path)
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM engram_memories").fetchone()
+            me.forget(m.id)
+        assert log_holds()  # closed, but the reader still holds the old frames
+        reader.rollback()
+        reader.close()
+        writer.remember("one note from the other engine")  # wakes its checkpointer once
+
+        def owed_in_file() -> bool:
+            with contextlib.closing(sqlite3.connect(path)) as raw:
+                return raw.execute("SELECT count(*) FROM engram_meta WHERE key = 'truncate_owed'").fetchone()[0] > 0
+
+        deadline = time.monotonic() + 10
+        while (log_holds() or owed_in_file()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not log_holds() and not owed_in_file()
+    finally:
+        other.close()
 
 
 def test_tombstones_are_per_owner(eng: DynamicMemoryEngine) -> None:

@@ -156,16 +156,19 @@ class SqliteBackend:
     def after_forget(self) -> None:
         # secure_delete and the wipe have zeroed the freed space in the database; a checkpoint
         # moves the log into it and empties the log, so older copies of the text in the log go
-        # too. Another process's open read blocks that: wait at most 0.1 s, then leave it owed
-        # (`SqliteStore.truncate_owed`) to the checkpointer thread, or to the next commit.
+        # too. Another process's open read blocks that: wait at most 0.1 s, then record it as
+        # owed, in the file (`SqliteStore.record_owed`), for every process's checkpointer thread
+        # or next commit to try until one completes.
         conn = self._store.connection("engine")
         raw = conn.raw
         if raw.in_transaction:
             self._store.truncate_owed = True
             return
         with translate(conn):
-            if not self._store.truncate_log(raw) and self._store.checkpointer is not None:
-                self._store.checkpointer.poke()
+            if not self._store.truncate_log(raw):
+                self._store.record_owed(raw)
+                if self._store.checkpointer is not None:
+                    self._store.checkpointer.poke()
 
     # -- raw-SQL scopes -----------------------------------------------------------------------------
 

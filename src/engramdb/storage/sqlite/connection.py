@@ -405,13 +405,31 @@ class SqliteStore:
                 raw.execute("RELEASE engram_call" if nested else "COMMIT")
         if not nested and self.checkpointer is not None:
             self.checkpointer.poke()
-        elif not nested and self.truncate_owed and time.monotonic() >= self._owed_next_try:
-            # Without the checkpointer thread, a commit tries again, at most once a second and
-            # without waiting for the reader (waiting 0.1 s on every commit made 0.2 ms writes
-            # 100 ms ones for as long as the reader kept its snapshot).
+        elif not nested and time.monotonic() >= self._owed_next_try:
+            # Without the checkpointer thread, a commit looks for an owed checkpoint (this
+            # process's, or one another process recorded in the file) and tries it, at most once
+            # a second and without waiting for the reader (waiting 0.1 s on every commit made
+            # 0.2 ms writes 100 ms ones for as long as the reader kept its snapshot).
             self._owed_next_try = time.monotonic() + 1.0
             with conn.trusted() as raw, contextlib.suppress(sqlite3.Error):
-                self.truncate_log(raw, wait_ms=0)
+                if self.truncate_owed or self.owed_in_file(raw):
+                    self.truncate_log(raw, wait_ms=0)
+
+    def owed_in_file(self, raw: sqlite3.Connection) -> bool:
+        """True when a process recorded in the file (`record_owed`) a log checkpoint it could not
+        complete; False also before the engine's tables exist."""
+        try:
+            return raw.execute("SELECT 1 FROM engram_meta WHERE key = ?", (_OWED_KEY,)).fetchone() is not None
+        except sqlite3.Error:
+            return False
+
+    def record_owed(self, raw: sqlite3.Connection) -> None:
+        """Record in the file that a forget's log checkpoint is owed, so that every process's
+        checkpointer (or commit) tries it until one completes, not only this process's: this one
+        may close, or stop writing, before the reader that blocks it goes away."""
+        self.truncate_owed = True
+        self._owed_next_try = 0.0  # the next commit tries
+        raw.execute("INSERT OR REPLACE INTO engram_meta (key, value) VALUES (?, '1')", (_OWED_KEY,))
 
     def truncate_log(self, raw: sqlite3.Connection, *, wait_ms: int = 100) -> bool:
         """Copy the whole write-ahead log into the database and empty it (a TRUNCATE checkpoint),
@@ -427,6 +445,9 @@ class SqliteStore:
             raw.execute(f"PRAGMA busy_timeout={waited}")
         done = row is not None and int(row[0]) == 0
         self.truncate_owed = not done
+        if done and not raw.in_transaction and self.owed_in_file(raw):
+            with contextlib.suppress(sqlite3.Error):  # another process may have cleared it
+                raw.execute("DELETE FROM engram_meta WHERE key = ?", (_OWED_KEY,))
         return done
 
     def _table_exists(self, name: str) -> bool:
@@ -471,6 +492,8 @@ class SqliteStore:
 #: the bound at 4 KiB pages: 4 MiB at the default); also the growth since the last checkpoint
 #: that makes a large log urgent
 _RESET_BYTES_PER_PAGE = 256
+#: the `engram_meta` key of a forget's log checkpoint that is still owed (`SqliteStore.record_owed`)
+_OWED_KEY = "truncate_owed"
 #: log file bytes, per page of the bound, past which a commit has the checkpointer run now
 #: rather than after its interval (a quarter of the bound at 4 KiB pages: 16 MiB at the default)
 _SOON_BYTES_PER_PAGE = 1024
@@ -553,7 +576,7 @@ class Checkpointer:
                 try:
                     if raw is None:
                         raw = self._store._open()
-                    if self._store.truncate_owed:
+                    if self._store.truncate_owed or self._store.owed_in_file(raw):
                         # Not waiting for the reader: a TRUNCATE holds the write lock while it
                         # waits, and stalled other writers up to 80 ms once an interval.
                         self._store.truncate_log(raw, wait_ms=0)

@@ -260,6 +260,16 @@ def test_forgets_do_not_grow_the_file(tmp_path: Path) -> None:
         assert path.stat().st_size == size
 
 
+def _merged_pair(me: Any, first: str, second: str) -> tuple[Memory, Memory]:
+    """Two copies of one text, merged by reflection: (the survivor, the archived copy)."""
+    me.remember(first, dedup=False)
+    me.remember(second, dedup=False)
+    assert me.reflect(steps=["merge"]).merged == 1
+    [survivor] = me.memories()
+    [twin] = [m for m in me.memories(include_archived=True) if m.archived]
+    return survivor, twin
+
+
 def test_forgetting_a_merge_survivor_forgets_the_copies_merged_into_it(
     make_engine: Callable[..., DynamicMemoryEngine],
 ) -> None:
@@ -268,11 +278,9 @@ def test_forgetting_a_merge_survivor_forgets_the_copies_merged_into_it(
     refines it with something new is left alone."""
     eng = make_engine(memory_embedder=None)
     me = eng.agent("alice")
-    me.remember("The courier's passphrase is Quokkavault.", dedup=False)
-    me.remember("the courier's passphrase is quokkavault", dedup=False)
-    assert me.reflect(steps=["merge"]).merged == 1
-    [survivor] = me.memories()
-    [twin] = [m for m in me.memories(include_archived=True) if m.archived]
+    survivor, twin = _merged_pair(
+        me, "The courier's passphrase is Quokkavault.", "the courier's passphrase is quokkavault"
+    )
     other = me.remember("The courier also carries a spare key to the depot.")
     me.link(other.id, survivor.id, "refines")
     stone = me.forget(survivor.id, reason="secret")
@@ -493,11 +501,7 @@ def test_merged_copies_are_found_by_the_merge_not_by_their_text(
     not taken for a copy (found by a review: the text test missed the first and took the second)."""
     eng = make_engine(memory_embedder=None)
     me = eng.agent("alice")
-    me.remember("Alice's locker code is 4417.", dedup=False)
-    me.remember("alice's locker code is 4417", dedup=False)
-    assert me.reflect(steps=["merge"]).merged == 1
-    [survivor] = me.memories()
-    [twin] = [m for m in me.memories(include_archived=True) if m.archived]
+    survivor, twin = _merged_pair(me, "Alice's locker code is 4417.", "alice's locker code is 4417")
     me.update(survivor.id, content="Alice's locker code changed to 9031.")
     me.forget(survivor.id)
     with pytest.raises(NotFound):

@@ -134,6 +134,14 @@ def test_forget_leaves_a_tombstone_and_blocks_silent_recreation(eng: DynamicMemo
     assert raw_count(eng, "SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'") == 1
 
 
+def _reader_holding_a_snapshot(path: Path) -> sqlite3.Connection:
+    """A connection of its own in an open read transaction: it holds the log's current frames."""
+    reader = sqlite3.connect(path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM engram_memories").fetchone()
+    return reader
+
+
 def _files_holding(root: Path, words: Sequence[str]) -> list[str]:
     """The files under `root` (the side-file folder too) holding any of `words`, case aside."""
     needles = [w.lower().encode() for w in words]
@@ -350,9 +358,7 @@ def test_a_log_checkpoint_a_reader_blocked_is_owed_until_it_completes(tmp_path: 
         for i in range(20):
             me.remember(f"filler note {i} about the weekly deploy rota")
         assert log_holds()
-        reader = sqlite3.connect(path)
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM engram_memories").fetchone()  # holds a snapshot
+        reader = _reader_holding_a_snapshot(path)
         me.forget(m.id)
         assert log_holds()  # the reader's snapshot may still need those frames
         reader.rollback()
@@ -447,9 +453,7 @@ def test_an_owed_log_checkpoint_is_tried_once_a_second_without_waiting(
     with DynamicMemoryEngine(path, memory_embedder=None, checkpoint_interval=0) as eng:
         me = eng.agent("alice")
         m = me.remember("The courier's passphrase is Zanzibarquux 7")
-        reader = sqlite3.connect(path)
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM engram_memories").fetchone()
+        reader = _reader_holding_a_snapshot(path)
         me.forget(m.id)
         store = eng.backend.store  # type: ignore[attr-defined]
         assert store.truncate_owed
@@ -607,9 +611,7 @@ def test_an_owed_log_checkpoint_is_taken_up_by_another_process(tmp_path: Path) -
         with DynamicMemoryEngine(path, memory_embedder=None, checkpoint_interval=0.2) as eng:
             me = eng.agent("alice")
             m = me.remember("The courier's passphrase is Zanzibarquux 7")
-            reader = sqlite3.connect(path)
-            reader.execute("BEGIN")
-            reader.execute("SELECT count(*) FROM engram_memories").fetchone()
+            reader = _reader_holding_a_snapshot(path)
             me.forget(m.id)
         assert log_holds()  # closed, but the reader still holds the old frames
         reader.rollback()

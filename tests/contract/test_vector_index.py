@@ -386,6 +386,38 @@ def test_ann_generation_counts_builds_and_arrays_round_trip(data: Any) -> None:
 
 
 @pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
+def test_ann_arrays_carry_the_centroid_graph(monkeypatch: pytest.MonkeyPatch, data: Any) -> None:
+    """An IVF large enough to walk a centroid graph saves the graph with it (made for the save if
+    no `nearest` made it), and the loaded index walks the saved graph instead of making its own;
+    a graph over other centroids is refused, and arrays without one (older files) still load."""
+    import faiss
+
+    from engramdb.vectors import ann
+
+    keys, vecs, _ = data
+    index = filled(_ann(train_at=256, nlist=32, rebuild_growth=0), keys, vecs)
+    assert len(index.to_arrays()["graph"]) == 0  # 32 lists: no graph is walked, none saved
+    monkeypatch.setattr(ann, "_GRAPH_LISTS", 1)
+    assert index._graph is None
+    arrays = {name: np.array(a) for name, a in index.to_arrays().items()}
+    assert index._graph is not None and len(arrays["graph"])
+    loaded = ann.AnnIndex.from_arrays(arrays)
+    assert loaded._graph is not None
+    other = filled(_ann(train_at=256, nlist=32, rebuild_growth=0, seed=7), keys, vecs).to_arrays()["graph"]
+    made, real = [], faiss.IndexHNSWFlat
+    monkeypatch.setattr(faiss, "IndexHNSWFlat", lambda *a: made.append(a))  # no graph is made again
+    probe = vecs[::97] + np.float32(0.01)
+    for one in probe:
+        assert loaded.nearest(one[None], K)[0].tolist() == index.nearest(one[None], K)[0].tolist()
+    assert not made
+    monkeypatch.setattr(faiss, "IndexHNSWFlat", real)
+    with pytest.raises(ValueError, match="other centroids"):
+        ann.AnnIndex.from_arrays({**arrays, "graph": other})
+    older = {name: a for name, a in arrays.items() if name != "graph"}
+    assert ann.AnnIndex.from_arrays(older)._graph is None  # made on first use, as before
+
+
+@pytest.mark.skipif(not HAVE_FAISS, reason=NO_FAISS)
 def test_ann_load_refuses_what_is_not_an_index(tmp_path: Path) -> None:
     from engramdb.vectors.ann import AnnIndex
     from engramdb.vectors.npz import write_arrays

@@ -69,3 +69,64 @@ def test_concurrent_recalls_keep_the_caches_true(
     assert not errors
     clock.advance(60)
     assert _answers(warm) == _answers(make_engine(memory_embedder=fake_embedder()))
+
+
+def _vector_cache(engine: DynamicMemoryEngine) -> dict[int, tuple[Any, ...]]:
+    """Every cached row of the engine's vector channel, by memory key: its vector's bytes and its
+    visibility attributes, codes decoded (each cache numbers its strings its own way)."""
+    channel = engine._runtime.vectors
+    assert channel is not None
+    index, cols = channel.index, channel.cols
+    keys = index.keys()[: len(index)]
+    vecs = index.vectors_of(keys)
+    names, types = cols.codes.names(), cols.types.names()
+    out = {}
+    for key, vec in zip(keys.tolist(), vecs, strict=True):
+        row = index.row_of(key)
+        out[key] = (
+            vec.tobytes(), names[int(cols.tenant[row])], names[int(cols.owner[row])], int(cols.level[row]),
+            bool(cols.archived[row]), repr(float(cols.vfrom[row])), repr(float(cols.vto[row])), types[int(cols.type[row])],
+        )  # fmt: skip
+    return out
+
+
+def test_own_remembers_go_into_the_vector_cache_as_written(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock, monkeypatch: Any
+) -> None:
+    """A `remember` that stores new memories and nothing else hands them to the vector cache
+    (`VectorChannel.written`) instead of the next dedup lookup reading them back; the cache ends
+    as one loaded from the rows, with other engines' writes in between and writes inside a
+    caller's transaction (not handed: its commit is the caller's)."""
+    warm = make_engine(memory_embedder=fake_embedder())
+    _fill(warm)
+    other = make_engine(memory_embedder=fake_embedder())
+    me = warm.agent("a")
+    me.recall("deploy", k=3)  # the caches are loaded
+    reads: list[int] = []
+    vectors = warm._runtime.store.vectors
+    real = vectors.cache_rows
+    monkeypatch.setattr(vectors, "cache_rows", lambda model, since: reads.append(since) or real(model, since))
+    kinds = [
+        {"shared": True},
+        {"confidentiality": 2},
+        {"valid_from": 1000.0, "valid_to": 5000.0},
+        {"type": "skill"},
+        {"type": "todo", "status": "open"},
+        {},
+    ]
+    for i in range(18):
+        clock.advance(30)
+        fields = {"content": f"fresh {i}: {WORDS[i % 10]} {WORDS[(i * 7 + 3) % 10]} number {i * 13}", **kinds[i % 6]}
+        if i % 6 == 5:
+            other.agent("b").remember(f"elsewhere {i}: {WORDS[(i + 4) % 10]}", shared=i % 2 == 0)
+        if i % 9 == 4:
+            with warm.store.atomic():  # a caller's transaction: its commit is not the write's
+                me.remember(**fields)
+        else:
+            me.remember(**fields)
+    # Read back only after another engine's write or a write inside a transaction (not after each own one).
+    assert 0 < len(reads) <= 6
+    fresh = make_engine(memory_embedder=fake_embedder())
+    fresh.agent("a").recall("deploy", k=3)
+    assert _vector_cache(warm) == _vector_cache(fresh)
+    assert _answers(warm) == _answers(fresh)

@@ -36,7 +36,7 @@ from engramdb.observability import otel
 from engramdb.progress import Progress, report
 from engramdb.retrieval.budget import approx_tokens
 from engramdb.retrieval.keywords import cue_terms, entity_token
-from engramdb.storage.ports import ContentChange, NewMemory, RecallRecord, Stored, Touch
+from engramdb.storage.ports import ContentChange, NewMemory, RecallRecord, Stored, Touch, VectorRow
 
 
 class MemoryFields(TypedDict, total=False):
@@ -201,7 +201,7 @@ def _remember_prepared(
         else (_duplicates(rt, who, prepared, vectors) if vectors is not None else _same_text(rt, who, prepared))
     )
     if not stored and not earlier:
-        return _insert(rt, who, prepared, vectors, now)[1]
+        return _insert(rt, who, prepared, vectors, now, handoff=True)[1]
     kept = [i for i in range(len(prepared)) if i not in stored and i not in earlier]
     # One transaction: the new memories, then the reinforcement of what the others duplicate
     # (stored memories, or new ones of this batch).
@@ -411,8 +411,11 @@ class _BatchMatches:
 
 
 def _insert(
-    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float
+    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float, *, handoff: bool = False
 ) -> tuple[list[int], list[Memory]]:
+    """Store `prepared` as new memories in one transaction. With `handoff`, when that transaction
+    is the whole write (the caller adds nothing to it) and committed, the vector cache takes the
+    new rows as written (`VectorChannel.written`) instead of reading them back."""
     embedder = rt.embedder
     store = rt.store
     ring = pack_times([now])  # creation is the first deliberate access
@@ -433,13 +436,28 @@ def _insert(
         items.append(NewMemory(memory, p["hash"], cue_terms(memory.title, memory.content, *memory.tags), ring))
         out.append(memory)
     with store.atomic():
-        keys = store.memories.insert(items, store.changes.next())
+        change = store.changes.next()
+        keys = store.memories.insert(items, change)
+        blobs = None
         if vectors is not None and embedder is not None:
-            store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
+            blobs = [vectors[i].tobytes() for i in range(len(keys))]
+            store.vectors.put([(n, embedder.name, blob) for n, blob in zip(keys, blobs, strict=True)])
         store.accesses.append(
             [Touch(n, Channel.CREATED) for n in keys], now=now, tenant=who.tenant, reader=who.agent_id
         )
+    if handoff and blobs is not None and rt.started and not store.in_transaction():
+        channel = rt.vectors
+        if channel is not None:  # committed (not a savepoint of the caller's): the cache takes it as written
+            channel.written(
+                store, change, [_vector_row(n, change, m, b) for n, m, b in zip(keys, out, blobs, strict=True)]
+            )
     return keys, [rt.annotate(m, now) for m in out]
+
+
+def _vector_row(n: int, change: int, m: Memory, blob: bytes) -> VectorRow:
+    """The `VectorRow` of a memory just inserted, as `MemoryVectors.cache_rows` reads it back (a
+    new row is not archived)."""
+    return (n, change, m.tenant, m.owner, int(m.confidentiality), 0, m.valid_from, m.valid_to, m.type.value, blob)
 
 
 # -- changing one memory -----------------------------------------------------------------------------

@@ -170,8 +170,10 @@ def hits(text: str, kws: Iterable[str]) -> int:
     return sum(1 for k in kws if k in present)
 
 
-#: The Snowball English (Porter2) stemmer, pure Python. Measured on LoCoMo categories 1-4, BM25
-#: recall@10 with it 0.604 against 0.586 with the light suffix-stripper it replaced.
+#: The Snowball English (Porter2) stemmer. Measured on LoCoMo categories 1-4, BM25 recall@10 with
+#: it 0.604 against 0.586 with the light suffix-stripper it replaced. snowballstemmer hands out
+#: PyStemmer's C build of it (a dependency) when that imports, else its own pure-Python one: the
+#: same stems, 0.8 against 14 us a word (new words are stemmed on every write that holds them).
 _STEMMER = snowballstemmer.stemmer("english")
 
 

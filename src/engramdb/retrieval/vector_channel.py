@@ -133,6 +133,22 @@ class VectorChannel:
             if self._seen >= 0 and self._seen == change - 1:
                 self._seen = change
 
+    def written(self, store: Backend, change: int, rows: Sequence[VectorRow]) -> None:
+        """The committed write `change` stored `rows` (`engramdb.storage.ports.VectorRow`, as
+        `cache_rows` would read them back) and changed nothing else: a cache at the sequence just
+        before it takes them as written, without reading them back (the write held the store's
+        write lock, so nothing else changed in between); otherwise the next `refresh` reads them.
+        A single `remember` with dedup refreshed this cache from the database first thing in the
+        next call: ~0.06 ms of a ~1 ms write at 1M memories."""
+        with self._lock:
+            if self._seen < 0 or self._seen != change - 1:
+                return
+            self._apply(rows)
+            self._seen = change
+            index = self.index
+            if isinstance(index, AnnIndex) and index.generation != self._saved_generation:
+                self._save(store)
+
     def save_if_changed(self, store: Backend | None = None) -> None:
         """Save the side file when more than a tenth of the cached rows were loaded or hidden since
         the last save (or since the file was adopted), or when it is gone (a forget drops it);

@@ -879,3 +879,69 @@ def test_forget_does_not_wait_for_another_processs_open_read(eng: DynamicMemoryE
     assert eng.backend.store.connection("engine").raw.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
     with pytest.raises(NotFound):
         me.get(m.id)
+
+
+@pytest.mark.parametrize("embedder", ["vectors", "text"])
+def test_two_writers_of_one_text_at_the_same_moment_store_it_once(
+    make_engine: Callable[..., DynamicMemoryEngine], monkeypatch: pytest.MonkeyPatch, embedder: str
+) -> None:
+    """Engine A looks up its dedup matches before its write's transaction; engine B stores the
+    same fact in between. Inside the transaction A finds the change sequence moved on and checks
+    what B committed: A's item (and a later item of A's batch repeating it) reinforce B's memory
+    instead of storing a second copy, as if A had written after B. With vectors the lookup is
+    the cache's; without, by text."""
+    from engramdb.memories import writing
+
+    options: dict[str, Any] = {"memory_embedder": fake_embedder() if embedder == "vectors" else None}
+    one, two = make_engine(**options), make_engine(**options)
+    a, b = one.agent("alice"), two.agent("alice")
+    a.remember("The depot closes at six on Fridays.")
+    a.recall("depot", k=1)  # A's caches are loaded
+    text = "Badge 4471 opens the east door of the depot."
+    made: list[Memory] = []
+    started: list[bool] = []
+    name = "_duplicates" if embedder == "vectors" else "_same_text"
+    real = getattr(writing, name)
+
+    def racing(*args: Any) -> Any:
+        out = real(*args)
+        if not started:  # (B's own write comes through here too)
+            started.append(True)
+            made.append(b.remember(text))  # between A's lookup and A's write
+        return out
+
+    monkeypatch.setattr(writing, name, racing)
+    got = a.remember_many([{"content": text}, {"content": "Badge 4471 opens the east door of the depot!"}])
+    assert [m.id for m in got] == [made[0].id, made[0].id]
+    assert got[0].access_count == 2  # stored by B, reinforced by A's batch (once a batch)
+    assert [m.content for m in a.memories()].count(text) == 1
+    monkeypatch.setattr(writing, name, real)
+    assert a.remember(text).id == made[0].id  # and after, as always
+
+
+def test_a_remember_racing_a_forget_of_its_own_text_is_refused(
+    make_engine: Callable[..., DynamicMemoryEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another engine stores and forgets a text after this write read the tombstones and before
+    its transaction: inside it, the new tombstone refuses the text (nothing is written)."""
+    from engramdb.memories import writing
+
+    one, two = make_engine(memory_embedder=fake_embedder()), make_engine(memory_embedder=fake_embedder())
+    a, b = one.agent("alice"), two.agent("alice")
+    a.remember("Warm-up: the lift is out of order.")
+    text = "The vault code is 9931-Quebec."
+    real = writing._duplicates
+    done: list[bool] = []
+
+    def racing(*args: Any) -> Any:
+        out = real(*args)
+        if not done:  # (B's own write comes through here too)
+            done.append(True)
+            b.forget(b.remember(text).id, reason="secret")
+        return out
+
+    monkeypatch.setattr(writing, "_duplicates", racing)
+    before = [m.id for m in a.memories(include_archived=True)]
+    with pytest.raises(Forgotten):
+        a.remember(text)
+    assert done and [m.id for m in a.memories(include_archived=True)] == before  # nothing of A's written

@@ -193,25 +193,29 @@ def _remember_prepared(
     rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float, *, dedup: bool, force: bool
 ) -> list[Memory]:
     store = rt.store
+    # The tombstones and the dedup lookup are read before the write lock is taken (a lookup at 1M
+    # memories takes 0.3 ms one item, ~100 ms a batch: not under the lock every writer waits for).
+    # `latest` is the change sequence they read at; inside the transaction, a write that finds the
+    # sequence moved on (another writer committed in between) checks again what those writers did.
+    latest = store.changes.current()
     if not force:
         _refuse_forgotten(rt, who, prepared)
-    stored, earlier = (
-        ({}, {})
-        if not dedup
-        else (_duplicates(rt, who, prepared, vectors) if vectors is not None else _same_text(rt, who, prepared))
-    )
-    if not stored and not earlier:
-        return _insert(rt, who, prepared, vectors, now, handoff=True)[1]
-    kept = [i for i in range(len(prepared)) if i not in stored and i not in earlier]
-    # One transaction: the new memories, then the reinforcement of what the others duplicate
-    # (stored memories, or new ones of this batch).
+    stored: dict[int, int] = {}
+    earlier: dict[int, int] = {}
+    if dedup:
+        stored, earlier = (
+            _duplicates(rt, who, prepared, vectors, latest) if vectors is not None else _same_text(rt, who, prepared)
+        )
     with store.atomic():
+        # The write lock first (PostgreSQL: the change counter's row; SQLite holds it already).
+        change = store.changes.next()
+        if change != latest + 1:
+            _caught_up(rt, who, prepared, vectors, latest, stored, earlier, dedup=dedup, force=force)
+        kept = [i for i in range(len(prepared)) if i not in stored and i not in earlier]
         if stored:
             # The stored matches were found before this transaction: one forgotten (or archived)
             # since is nobody's match, and its item is written as new, unless a tombstone now
             # refuses its text (else a remember racing a forget returned the forgotten husk).
-            # The write lock first (PostgreSQL: the change counter's row; SQLite holds it already).
-            store.changes.next()
             live = store.memories.many(who.visibility(), sorted(set(stored.values())))
             lost = [j for j, n in stored.items() if n not in live]
             if lost:
@@ -221,18 +225,29 @@ def _remember_prepared(
                     del stored[j]
                 kept = sorted([*kept, *lost])
         keys, fresh = (
-            _insert(rt, who, [prepared[i] for i in kept], None if vectors is None else vectors[kept], now)
+            _insert(rt, who, [prepared[i] for i in kept], None if vectors is None else vectors[kept], now, change)
             if kept
             else ([], [])
         )
         key_of = dict(zip(kept, keys, strict=True))
         target = {**stored, **{j: key_of[i] for j, i in earlier.items()}}
-        log_accesses(
-            store, [Touch(n, Channel.REINFORCED) for n in sorted(set(target.values()))], now=now, tenant=who.tenant,
-            reader=who.agent_id, ring_size=rt.scoring.ring_size,
-        )  # fmt: skip
-        # The reinforced memories as this transaction leaves them, in one read.
-        reread = store.memories.many(who.visibility(include_archived=True), sorted(set(target.values())))
+        reread: dict[int, Memory] = {}
+        if target:
+            # One transaction: the new memories, then the reinforcement of what the others
+            # duplicate (stored memories, or new ones of this batch).
+            log_accesses(
+                store, [Touch(n, Channel.REINFORCED) for n in sorted(set(target.values()))], now=now,
+                tenant=who.tenant, reader=who.agent_id, ring_size=rt.scoring.ring_size,
+            )  # fmt: skip
+            # The reinforced memories as this transaction leaves them, in one read.
+            reread = store.memories.many(who.visibility(include_archived=True), sorted(set(target.values())))
+    if not target and vectors is not None and rt.started and not store.in_transaction():
+        # Committed (not a savepoint of the caller's), and new memories only: the vector cache
+        # takes them as written instead of reading them back (`VectorChannel.written`).
+        channel = rt.vectors
+        if channel is not None:
+            rows = [_vector_row(n, change, m, vectors[i].tobytes()) for i, n, m in zip(kept, keys, fresh, strict=True)]
+            channel.written(store, change, rows)
     by_index = dict(zip(kept, fresh, strict=True))
     again = {n: rt.annotate(m) for n, m in reread.items()}
     for n in set(target.values()) - set(again):  # not visible to the writer any more: as stored
@@ -240,6 +255,58 @@ def _remember_prepared(
         assert found is not None
         again[n] = rt.annotate(found.memory)
     return [by_index[i] if i in by_index else again[target[i]] for i in range(len(prepared))]
+
+
+def _caught_up(
+    rt: Runtime,
+    who: Principal,
+    prepared: list[dict[str, Any]],
+    vectors: Any,
+    latest: int,
+    stored: dict[int, int],
+    earlier: dict[int, int],
+    *,
+    dedup: bool,
+    force: bool,
+) -> None:
+    """Inside the write's transaction, holding the write lock: what other writers committed since
+    the tombstones and the dedup lookup were read at change `latest`. A tombstone made since
+    refuses its text (`Forgotten`, nothing written); with dedup, a memory stored since that an
+    item repeats is its match, as if the item had been remembered after it (else two writers of
+    one text at the same moment both stored it). Updates `stored` and `earlier` in place."""
+    if not force:
+        _refuse_forgotten(rt, who, prepared)
+    if not dedup:
+        return
+    if vectors is None:  # by text: the lookup is an index read, made again whole
+        again_stored, again_earlier = _same_text(rt, who, prepared)
+        stored.clear()
+        stored.update(again_stored)
+        earlier.clear()
+        earlier.update(again_earlier)
+        return
+    channel, embedder = rt.vectors, rt.embedder
+    if channel is None or embedder is None:
+        return
+    asked = [
+        i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED and i not in stored and i not in earlier
+    ]
+    if not asked:
+        return
+    rows = rt.store.vectors.cache_rows(embedder.name, latest)
+    filters = [(prepared[i]["type"].value, prepared[i]["owner"], int(prepared[i]["level"])) for i in asked]
+    found = channel.near_duplicates_in(rows, vectors[asked], who.visibility(), filters, rt.dedup_threshold)
+    matches = {i: hit[0] for i, hit in zip(asked, found, strict=True) if hit is not None}
+    if not matches:
+        return
+    texts = rt.store.memories.contents(sorted(set(matches.values())))
+    for i, n in matches.items():
+        if n in texts and _repeats(prepared[i], *texts[n]):
+            stored[i] = n
+            # the later items of the batch that repeat this one reinforce that memory instead
+            for j in [j for j, e in earlier.items() if e == i]:
+                del earlier[j]
+                stored[j] = n
 
 
 def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> None:
@@ -263,7 +330,7 @@ _NEVER_MERGED = (MemoryType.TODO, MemoryType.INTENT)
 
 
 def _duplicates(
-    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any
+    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, latest: int
 ) -> tuple[dict[int, int], dict[int, int]]:
     """Which items add nothing new, as if they were remembered one call at a time, in order:
     ({item: key of the stored memory it duplicates}, {item: earlier item of this batch it
@@ -276,7 +343,7 @@ def _duplicates(
     asked = [i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED]
     if not asked:
         return {}, {}
-    channel.refresh(rt.store)
+    channel.refresh(rt.store, latest)  # at least what the caller read at `latest`
     threshold = rt.dedup_threshold
     filters = [(prepared[i]["type"].value, prepared[i]["owner"], int(prepared[i]["level"])) for i in asked]
     found = channel.near_duplicates(vectors[asked], who.visibility(), filters, threshold)
@@ -411,11 +478,10 @@ class _BatchMatches:
 
 
 def _insert(
-    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float, *, handoff: bool = False
+    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float, change: int | None = None
 ) -> tuple[list[int], list[Memory]]:
-    """Store `prepared` as new memories in one transaction. With `handoff`, when that transaction
-    is the whole write (the caller adds nothing to it) and committed, the vector cache takes the
-    new rows as written (`VectorChannel.written`) instead of reading them back."""
+    """Store `prepared` as new memories in one transaction (a savepoint of the caller's), at write
+    sequence `change` (the caller's, taken under the write lock; else a new one)."""
     embedder = rt.embedder
     store = rt.store
     ring = pack_times([now])  # creation is the first deliberate access
@@ -436,21 +502,12 @@ def _insert(
         items.append(NewMemory(memory, p["hash"], cue_terms(memory.title, memory.content, *memory.tags), ring))
         out.append(memory)
     with store.atomic():
-        change = store.changes.next()
-        keys = store.memories.insert(items, change)
-        blobs = None
+        keys = store.memories.insert(items, store.changes.next() if change is None else change)
         if vectors is not None and embedder is not None:
-            blobs = [vectors[i].tobytes() for i in range(len(keys))]
-            store.vectors.put([(n, embedder.name, blob) for n, blob in zip(keys, blobs, strict=True)])
+            store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
         store.accesses.append(
             [Touch(n, Channel.CREATED) for n in keys], now=now, tenant=who.tenant, reader=who.agent_id
         )
-    if handoff and blobs is not None and rt.started and not store.in_transaction():
-        channel = rt.vectors
-        if channel is not None:  # committed (not a savepoint of the caller's): the cache takes it as written
-            channel.written(
-                store, change, [_vector_row(n, change, m, b) for n, m, b in zip(keys, out, blobs, strict=True)]
-            )
     return keys, [rt.annotate(m, now) for m in out]
 
 

@@ -488,6 +488,43 @@ class VectorChannel:
                     out.append(best if best is not None and best[1] >= min_cos else None)
             return out
 
+    def near_duplicates_in(
+        self,
+        rows: Sequence[VectorRow],
+        vecs: npt.NDArray[np.float32],
+        vis: Visibility,
+        filters: Sequence[tuple[str, str, int]],
+        min_cos: float,
+    ) -> list[tuple[int, float] | None]:
+        """`near_duplicates` among `rows` only (`engramdb.storage.ports.VectorRow`, as
+        `MemoryVectors.cache_rows` reads them: the memories changed since a lookup), exactly, with
+        the cache's own visibility rule (`VisibilityColumns`) over their attributes: for a write
+        that looked up its near-duplicates before taking the write lock and must see what other
+        writers committed in between. Rows without a vector (forgotten) never match."""
+        rows = [r for r in rows if r[9] is not None]
+        if not rows or not len(filters):
+            return [None] * len(filters)
+        cols = VisibilityColumns(len(rows))
+        cols.set_many(np.arange(len(rows), dtype=np.int64), [r[2:9] for r in rows])
+        seen = cols.mask(vis, len(rows))
+        matrix = np.frombuffer(b"".join(r[9] for r in rows if r[9] is not None), dtype=np.float32)
+        matrix = matrix.reshape(len(rows), -1)
+        q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)
+        sims = q @ matrix.T
+        keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        out: list[tuple[int, float] | None] = []
+        for i, (mtype, owner, level) in enumerate(filters):
+            ok = seen & (cols.type[: len(rows)] == cols.types.find(mtype))
+            ok &= (cols.owner[: len(rows)] == cols.codes.find(owner)) & (cols.level[: len(rows)] >= level)
+            ok &= sims[i] >= min_cos
+            if not ok.any():
+                out.append(None)
+                continue
+            cand = np.flatnonzero(ok)
+            j = cand[np.lexsort((keys[cand], -sims[i, cand]))[0]]  # the most similar, then the oldest
+            out.append((int(keys[j]), float(sims[i, j])))
+        return out
+
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:
         """Cosine of the query with each of `keys` (0 for memories without a vector)."""
         with self._lock:

@@ -208,6 +208,31 @@ def test_close_writes_again_the_side_files_a_forget_dropped(
         assert gone_n not in vector_hits(engine, gone.content)
 
 
+def test_a_forget_in_a_process_that_never_recalled_keeps_the_side_files(
+    db: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that forgets without having loaded the caches (the CLI's `engramdb forget`) loads
+    them from the side files first, so that its close writes them again without the forgotten
+    memory: the next process adopts them instead of rebuilding both caches from every row."""
+    lexical = side_dir_for(db) / "lexical.npz"
+    with open_engine(db, clock) as engine:
+        results(engine)
+        gone = engine.agent("alice").search("amber wren ferry", k=1)[0].memory
+        gone_n = key_of(engine, gone.id)
+        vec = channel_of(engine).index.vectors_of(np.array([gone_n]))[0].copy()
+    assert side(db).exists() and lexical.exists()
+    with open_engine(db, clock) as engine:  # no recall, no search: a forget only
+        engine.agent("alice").forget(gone.id)
+        assert not side(db).exists() and not lexical.exists()
+    assert side(db).exists() and lexical.exists()  # written again at close
+    assert not (np.abs(saved_rows(side(db)) - vec).max(axis=1) < 1e-6).any()
+    no_rebuild(monkeypatch)
+    with open_engine(db, clock) as engine:
+        results(engine)
+        assert channel_of(engine).restored and engine._runtime.recaller.lexical.restored
+        assert gone_n not in vector_hits(engine, gone.content)
+
+
 def test_forgotten_memories_stay_invisible_after_reopen(
     tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

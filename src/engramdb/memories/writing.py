@@ -669,6 +669,7 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
         raise ValidationError("reason must be a str")
     now = rt.clock()
     store = rt.store
+    rt.load_saved_caches()  # so that close can write the side files this drops again (see there)
     # Erasing: the pages this frees (a long text's overflow pages, a rewritten recall record's) are
     # overwritten as well, not only the cells, before the transaction commits (a wipe that fails, on
     # a full disk say, takes the forget back with it).

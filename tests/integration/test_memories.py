@@ -164,6 +164,37 @@ def test_explain_replays_a_past_recall_from_the_stream(me: Agent, clock: FixedCl
         me.explain(me.explain("key"))  # type: ignore[arg-type]
 
 
+def test_the_recall_log_keeps_entries_as_lists_and_replays_them_exactly(
+    eng: DynamicMemoryEngine, me: Agent, clock: FixedClock
+) -> None:
+    """Each hit and near miss is logged as a list with the component names once per record (not
+    an object repeating its keys), and the replay is the recall's explanation, float for float."""
+    for i in range(8):
+        me.remember(f"the key rotation schedule entry {i}", importance=i, dedup=False)
+    live = me.explain("key rotation schedule", k=3)  # a dry run at the same moment: nothing logged
+    r = me.recall("key rotation schedule", k=3)
+    record = eng.store.recalls.get("default", me.agent_id, r.recall_id or "")
+    assert record is not None
+    assert all(isinstance(e, list) for e in (*record.params["hits"], *record.near_misses))
+    assert record.params["components"] == [
+        "rel",
+        "rec",
+        "imp",
+        "spread",
+        "cos",
+        "cue",
+        "bm25",
+        "when",
+        "entity",
+        "ctx",
+        "dated",
+    ]
+    clock.advance(DAY)
+    replay = me.explain(r.recall_id or "")
+    assert (replay.hits, replay.near_misses, replay.weights) == (live.hits, live.near_misses, live.weights)
+    assert len(replay.near_misses) == 5
+
+
 def test_explain_of_another_agents_recall_is_not_replayed(eng: DynamicMemoryEngine, me: Agent) -> None:
     me.remember("shared budget numbers", shared=True)
     r = me.recall("budget numbers")

@@ -242,8 +242,9 @@ def replay(rt: Runtime, who: Principal, recall_id: str) -> Explanation | None:
         # say more than the handle may read. It reads as unknown.
         return None
     params = record.params
-    hits = [explained_from_json(h) for h in params["hits"]]
-    near = [explained_from_json(h) for h in record.near_misses]
+    names = params.get("components")  # (none in records of entries with their keys)
+    hits = [explained_from_json(h, names) for h in params["hits"]]
+    near = [explained_from_json(h, names) for h in record.near_misses]
     ids = sorted({e.memory_id for e in (*hits, *near)})
     shown = set(rt.store.memories.visible_ids(who.visibility(include_archived=True), ids)) if ids else set()
     return Explanation(

@@ -753,8 +753,14 @@ def _scrub_recall_log(rt: Runtime, tenant: str, memory_id: str, retired: str) ->
     title goes and its id becomes the retired one, so `explain(recall_id)` still shows that
     something ranked there, but not what it said."""
 
-    def scrub(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [dict(e, memory_id=retired, title="") if e.get("memory_id") == memory_id else e for e in entries]
+    def scrub(entries: Sequence[Any]) -> list[Any]:
+        # an entry is a list (id, title, ...) or, logged before those, an object with its keys
+        return [
+            ([retired, "", *e[2:]] if e[:1] == [memory_id] else e)
+            if isinstance(e, list)
+            else (dict(e, memory_id=retired, title="") if e.get("memory_id") == memory_id else e)
+            for e in entries
+        ]
 
     for record in rt.store.recalls.mentioning(tenant, memory_id):
         params = dict(record.params, hits=scrub(record.params.get("hits", [])))

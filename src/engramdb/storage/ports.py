@@ -168,7 +168,9 @@ class RecallRecord:
     reader: str
     query: str
     params: dict[str, Any]
-    near_misses: list[dict[str, Any]]
+    #: entries as `params["hits"]` holds them: lists (`retrieval.recall.COMPONENT_NAMES`), or
+    #: objects with their keys in records logged before those
+    near_misses: list[Any]
 
 
 #: The access state of one memory: (key, ring, older count, older newest, older oldest).

@@ -389,7 +389,7 @@ def test_ann_generation_counts_builds_and_arrays_round_trip(data: Any) -> None:
 def test_ann_arrays_carry_the_centroid_graph(monkeypatch: pytest.MonkeyPatch, data: Any) -> None:
     """An IVF large enough to walk a centroid graph saves the graph with it (made for the save if
     no `nearest` made it), and the loaded index walks the saved graph instead of making its own;
-    a graph over other centroids is refused, and arrays without one (older files) still load."""
+    a graph over other centroids or damaged is ignored, and arrays without one (older files) load."""
     import faiss
 
     from engramdb.vectors import ann
@@ -411,8 +411,11 @@ def test_ann_arrays_carry_the_centroid_graph(monkeypatch: pytest.MonkeyPatch, da
         assert loaded.nearest(one[None], K)[0].tolist() == index.nearest(one[None], K)[0].tolist()
     assert not made
     monkeypatch.setattr(faiss, "IndexHNSWFlat", real)
-    with pytest.raises(ValueError, match="other centroids"):
-        ann.AnnIndex.from_arrays({**arrays, "graph": other})
+    # A graph over other centroids, or a damaged one, is ignored (made again on first use): the index loads.
+    for bad in (other, arrays["graph"][: len(arrays["graph"]) // 2], np.arange(64, dtype=np.uint8)):
+        again = ann.AnnIndex.from_arrays({**arrays, "graph": bad})
+        assert again._graph is None and again.trained
+        assert again.nearest(probe[:1], K)[0].tolist() == index.nearest(probe[:1], K)[0].tolist()
     older = {name: a for name, a in arrays.items() if name != "graph"}
     assert ann.AnnIndex.from_arrays(older)._graph is None  # made on first use, as before
 

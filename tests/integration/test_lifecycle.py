@@ -945,3 +945,35 @@ def test_a_remember_racing_a_forget_of_its_own_text_is_refused(
     with pytest.raises(Forgotten):
         a.remember(text)
     assert done and [m.id for m in a.memories(include_archived=True)] == before  # nothing of A's written
+
+
+@pytest.mark.parametrize("embedder", ["vectors", "text"])
+def test_an_update_of_the_match_between_lookup_and_write_loses_no_fact(
+    make_engine: Callable[..., DynamicMemoryEngine], monkeypatch: pytest.MonkeyPatch, embedder: str
+) -> None:
+    """Dedup matched memory M; another engine changes M's text before the write's transaction. The
+    write decides again and stores its text as new, instead of reinforcing M and losing it (found
+    by a review of the catch-up: a stored match changed since the lookup was not looked at again)."""
+    from engramdb.memories import writing
+
+    options: dict[str, Any] = {"memory_embedder": fake_embedder() if embedder == "vectors" else None}
+    one, two = make_engine(**options), make_engine(**options)
+    a, b = one.agent("alice"), two.agent("alice")
+    text = "Badge 4471 opens the east door of the depot."
+    old = a.remember(text)
+    a.recall("depot", k=1)
+    name = "_duplicates" if embedder == "vectors" else "_same_text"
+    real = getattr(writing, name)
+    done: list[bool] = []
+
+    def racing(*args: Any) -> Any:
+        out = real(*args)
+        if not done:  # (B's own write comes through here too)
+            done.append(True)
+            b.update(old.id, content="The canteen serves soup on Tuesdays.")
+        return out
+
+    monkeypatch.setattr(writing, name, racing)
+    got = a.remember(text)
+    assert done and got.id != old.id and got.content == text
+    assert sorted(m.content for m in a.memories()) == sorted([text, "The canteen serves soup on Tuesdays."])

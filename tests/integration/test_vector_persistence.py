@@ -233,6 +233,46 @@ def test_a_forget_in_a_process_that_never_recalled_keeps_the_side_files(
         assert gone_n not in vector_hits(engine, gone.content)
 
 
+def test_a_forget_inside_a_callers_transaction_leaves_later_saves_alone(db: Path, clock: FixedClock) -> None:
+    """A forget inside the caller's transaction does not load the caches for it (a cache read in a
+    transaction that may yet roll back is never saved): the process's first recall after it loads
+    them from the rows, and the side files are written again (found by a review: loading them in
+    the transaction kept them from being written for the rest of the process)."""
+    lexical = side_dir_for(db) / "lexical.npz"
+    with open_engine(db, clock) as engine:
+        gone = engine.agent("alice").search("amber wren ferry", k=1)[0].memory
+    with open_engine(db, clock) as engine:
+        me = engine.agent("alice")
+        with engine.store.atomic():
+            me.forget(gone.id)
+        assert not side(db).exists() and not lexical.exists()
+        results(engine)
+    assert side(db).exists() and lexical.exists()
+
+
+def test_a_forget_does_not_load_a_cache_that_has_no_side_file(
+    tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exact vector index never writes a side file: a forget on a file with only the lexical
+    one does not read every stored vector into memory for nothing."""
+    from engramdb.storage.sqlite.vectors import SqliteMemoryVectors
+
+    path = tmp_path / "m.db"
+    lexical = side_dir_for(path) / "lexical.npz"
+    with open_engine(path, clock, vector_index="exact") as engine:
+        engine.agent("alice").remember_many([{"content": t} for t in TEXTS])
+        results(engine)
+    assert lexical.exists() and not side(path).exists()
+    loads: list[int] = []
+    real = SqliteMemoryVectors.cache_row_batches
+    monkeypatch.setattr(SqliteMemoryVectors, "cache_row_batches", lambda self, *a: loads.append(1) or real(self, *a))
+    with open_engine(path, clock, vector_index="exact") as engine:
+        me = engine.agent("alice")
+        me.forget(me.memories()[0].id)
+        assert not loads
+    assert lexical.exists()  # the lexical cache was loaded and written again
+
+
 def test_forgotten_memories_stay_invisible_after_reopen(
     tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -159,20 +159,29 @@ class Runtime:
         caught up with the forget. Without it, a process that forgot and never recalled (the
         CLI's `engramdb forget`) left every later process to rebuild both caches from every row
         (53 s for the vectors at 1M memories) instead of reading them (~2 s)."""
-        if not self._vector_file or self.store.cache_file is None:
+        store = self.store
+        if not self._vector_file or store.cache_file is None or store.in_transaction():
+            # (inside a caller's transaction a cache read may yet be rolled back: such a cache is
+            # never saved, so loading it here would stop the files from being written again)
             return
         from engramdb.retrieval.side_files import side_dir_for
 
-        if not side_dir_for(self.store.cache_file).is_dir():
+        if not side_dir_for(store.cache_file).is_dir():
             return
         _, channel, recaller = self._memory()
-        store = self.store
         latest = store.changes.current()
-        if channel is not None:
-            channel.prefetch(store, latest)  # (nothing when it is loaded already)
-        recaller.lexical.refresh(store, latest)
-        if channel is not None:
-            channel.refresh(store, latest)
+        # Only a cache with a file to write again: an exact vector index never has one, and loading
+        # it would read every stored vector for nothing.
+        vectors = (
+            channel if channel is not None and channel.side_file is not None and channel.side_file.exists() else None
+        )
+        lexical = recaller.lexical
+        if vectors is not None:
+            vectors.prefetch(store, latest)  # (nothing when it is loaded already)
+        if lexical.side_file is not None and lexical.side_file.exists():
+            lexical.refresh(store, latest)
+        if vectors is not None:
+            vectors.refresh(store, latest)
 
     def drop_vector_file(self) -> None:
         """Delete the side files, if any (they are only caches), so that a forgotten memory's vector

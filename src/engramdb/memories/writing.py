@@ -288,12 +288,18 @@ def _caught_up(
     channel, embedder = rt.vectors, rt.embedder
     if channel is None or embedder is None:
         return
+    rows = rt.store.vectors.cache_rows(embedder.name, latest)
+    # A stored match changed since (updated, archived, its vector replaced) may no longer say what
+    # its item does: that item is decided again among the changed rows (else an update of the match
+    # in between made the write reinforce a memory that no longer holds its text, which was lost).
+    changed = {int(r[0]) for r in rows}
+    for i in [i for i, n in stored.items() if n in changed]:
+        del stored[i]
     asked = [
         i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED and i not in stored and i not in earlier
     ]
     if not asked:
         return
-    rows = rt.store.vectors.cache_rows(embedder.name, latest)
     filters = [(prepared[i]["type"].value, prepared[i]["owner"], int(prepared[i]["level"])) for i in asked]
     found = channel.near_duplicates_in(rows, vectors[asked], who.visibility(), filters, rt.dedup_threshold)
     matches = {i: hit[0] for i, hit in zip(asked, found, strict=True) if hit is not None}

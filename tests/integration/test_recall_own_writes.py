@@ -3,6 +3,7 @@ caches kept that way answer exactly as caches loaded from the rows, whoever else
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -130,3 +131,29 @@ def test_own_remembers_go_into_the_vector_cache_as_written(
     fresh.agent("a").recall("deploy", k=3)
     assert _vector_cache(warm) == _vector_cache(fresh)
     assert _answers(warm) == _answers(fresh)
+
+
+def test_caches_read_inside_a_rolled_back_transaction_start_over(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock
+) -> None:
+    """A recall inside the caller's transaction reads the transaction's own memory into the caches;
+    the transaction rolls back, and another engine's next write takes the same change number and
+    key. The caches start over at their next refresh outside a transaction: the other memory is
+    found by its own text, the rolled-back one by none (before, the cache kept the rolled-back
+    vector and terms under that key: a query for the rolled-back text matched the other memory
+    exactly)."""
+    engine, other = make_engine(memory_embedder=fake_embedder()), make_engine(memory_embedder=fake_embedder())
+    me = engine.agent("a")
+    me.remember("warm up note about ferries")
+    me.explain("ferries", k=3)  # the caches are loaded
+    with contextlib.suppress(RuntimeError), engine.store.atomic():
+        inside = me.remember("the purple giraffe sings at dawn", dedup=False)
+        assert me.explain("purple giraffe", k=1).hits[0].memory_id == inside.id  # its own write, seen
+        raise RuntimeError("roll back")
+    walrus = other.agent("a").remember("the orange walrus dances at noon", dedup=False)
+    clock.advance(60)
+    hits = me.explain("the orange walrus dances at noon", k=2).hits
+    assert hits[0].memory_id == walrus.id and hits[0].components.cos > 0.99
+    assert all(h.components.cos < 0.5 for h in me.explain("the purple giraffe sings at dawn", k=2).hits)
+    assert all(h.components.bm25 == 0 for h in me.explain("giraffe", k=2).hits)  # no memory holds its stem
+    assert _answers(engine) == _answers(make_engine(memory_embedder=fake_embedder()))

@@ -172,6 +172,14 @@ class LexicalChannel:
         self._database = database
         #: where the index is kept between processes (None: it is not)
         self.side_file = side_files.side_dir_for(database) / "lexical.npz" if database is not None else None
+        self._empty()
+
+    def _empty(self) -> None:
+        """Every cached thing as a new channel has it: nothing read yet."""
+        # A refresh inside an open transaction read rows that may yet be rolled back, and a rolled
+        # back change number and key are used again by the next writer: the first refresh outside
+        # a transaction after one starts over (`_tainted`).
+        self._tainted = False
         self._instance: str | None = None
         self._dirty = 0  # rows loaded since the last save or adoption
         self._unsafe = False  # a refresh inside an open transaction: never saved
@@ -213,11 +221,14 @@ class LexicalChannel:
         store's change sequence when the caller has just read it (`ChangeSequence.current`; a
         recall reads it once for both of its caches), else it is read here."""
         with self._lock:
+            in_transaction = store.in_transaction()
+            if self._tainted and not in_transaction:
+                self._empty()  # what was read inside a transaction may have been rolled back
             latest = store.changes.current() if latest is None else latest
             if latest == self._seen:
                 return
-            if store.in_transaction():
-                self._unsafe = True
+            if in_transaction:
+                self._unsafe = self._tainted = True
             first = self._seen == -1
             if first and self.side_file is not None:
                 self._restore(store, latest)
@@ -263,7 +274,7 @@ class LexicalChannel:
         adoption), or when it is gone (a forget drops it), after catching up with `store`; called
         by `DynamicMemoryEngine.close`."""
         with self._lock:
-            if self._seen < 0:
+            if self._seen < 0 or self._tainted:  # (tainted: reloading only to save is left to the next process)
                 return
             self.refresh(store)
             dropped = self.side_file is not None and not self.side_file.exists()  # by a forget

@@ -76,6 +76,10 @@ class VectorChannel:
         # Re-entrant: search() and best_matches() hold it while they read arrays that refresh() grows.
         self._lock = threading.RLock()
         self._seen = -1
+        # A refresh inside an open transaction read rows that may yet be rolled back, and a rolled
+        # back change number and key are used again by the next writer: the first refresh outside
+        # a transaction after one starts over from an empty index (`_start_over`).
+        self._tainted = False
         self.cols = VisibilityColumns()
         self._database = database
         #: where the index is kept between processes (None: it is not)
@@ -108,11 +112,14 @@ class VectorChannel:
         store's change sequence when the caller has just read it (`ChangeSequence.current`; a
         recall reads it once for both of its caches), else it is read here."""
         with self._lock:
+            in_transaction = store.in_transaction()
+            if self._tainted and not in_transaction:
+                self._start_over()
             latest = store.changes.current() if latest is None else latest
             if latest == self._seen:
                 return
-            if store.in_transaction():
-                self._unsafe = True
+            if in_transaction:
+                self._unsafe = self._tainted = True
             if self._seen == -1 and self.side_file is not None:
                 self._restore(store, latest)
             if self._seen == -1:
@@ -132,6 +139,30 @@ class VectorChannel:
         with self._lock:
             if self._seen >= 0 and self._seen == change - 1:
                 self._seen = change
+
+    def _start_over(self) -> None:
+        """Drop everything cached (an empty index of the same kind and settings): the next refresh
+        loads again, from the side file when it fits. Only after a refresh inside a transaction."""
+        index = self.index
+        if isinstance(index, AnnIndex):
+            self.index = AnnIndex(**index.settings)
+            self.cols = VisibilityColumns()
+        elif type(index) is ExactIndex:
+            self.index = ExactIndex(index.dim)
+            self.cols = VisibilityColumns()
+        else:
+            # An index of the caller's, which cannot be made anew here: every row it holds is hidden
+            # and zeroed, and the load that follows sets again those the database still has.
+            keys = np.asarray(index.keys()[: len(index)], dtype=np.int64)
+            if len(keys):
+                index.upsert(keys, np.zeros((len(keys), index.dim), dtype=np.float32))
+                self.cols.archived[: len(keys)] = True
+                self.cols.version += 1
+        self._seen = -1
+        self._tainted = self._unsafe = self._restored = False
+        self._dirty = 0
+        self._saved_generation = 0
+        self._early = None
 
     def written(self, store: Backend, change: int, rows: Sequence[VectorRow]) -> None:
         """The committed write `change` stored `rows` (`engramdb.storage.ports.VectorRow`, as
@@ -156,6 +187,8 @@ class VectorChannel:
         With `store`, catch up with it first: a cache behind the database may still hold a vector
         forgotten since, and must not write it out."""
         with self._lock:
+            if self._tainted:  # read inside a transaction: reloading only to save is left to the next process
+                return
             if store is not None and self._seen >= 0:
                 self.refresh(store)
             # A file a forget dropped is written again too (the forgotten vector is purged by the

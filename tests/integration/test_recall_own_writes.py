@@ -157,3 +157,40 @@ def test_caches_read_inside_a_rolled_back_transaction_start_over(
     assert all(h.components.cos < 0.5 for h in me.explain("the purple giraffe sings at dawn", k=2).hits)
     assert all(h.components.bm25 == 0 for h in me.explain("giraffe", k=2).hits)  # no memory holds its stem
     assert _answers(engine) == _answers(make_engine(memory_embedder=fake_embedder()))
+
+
+def test_own_remembers_that_reinforce_go_into_the_vector_cache_too(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock, monkeypatch: Any
+) -> None:
+    """A `remember` whose items repeat stored memories (or earlier items of its batch) reinforces
+    them: access state only, which the vector cache does not hold. The cache takes the new
+    memories as written and passes over the reinforcement instead of reading those rows back, and
+    ends as one loaded from the rows, the reinforced memories' rings and counts as stored."""
+    warm = make_engine(memory_embedder=fake_embedder())
+    _fill(warm)
+    me = warm.agent("a")
+    me.recall("deploy", k=3)  # the caches are loaded
+    reads: list[int] = []
+    vectors = warm._runtime.store.vectors
+    real = vectors.cache_rows
+    monkeypatch.setattr(vectors, "cache_rows", lambda model, since: reads.append(since) or real(model, since))
+    stored = me.remember("note 1: release review deploy")  # _fill's note 1, again
+    counts = [stored.access_count]
+    for i in range(6):
+        clock.advance(30)
+        batch = [
+            {"content": "note 1: release review deploy"},  # a stored memory, reinforced
+            {"content": f"brand new {i}: {WORDS[(i + 2) % 10]} {WORDS[(i + 5) % 10]}"},  # new
+            {"content": f"brand new {i}: {WORDS[(i + 2) % 10]} {WORDS[(i + 5) % 10]}"},  # an earlier item of the batch
+        ]
+        out = me.remember_many(batch)
+        assert out[0].id == stored.id and out[2].id == out[1].id != stored.id
+        counts.append(out[0].access_count)
+        clock.advance(30)
+        assert me.remember("note 1: release review deploy").id == stored.id  # reinforces only
+    assert counts == sorted(counts) and len(set(counts)) == len(counts)  # each call reinforced it
+    assert reads == []  # nothing read back: every write was handed over
+    fresh = make_engine(memory_embedder=fake_embedder())
+    fresh.agent("a").recall("deploy", k=3)
+    assert _vector_cache(warm) == _vector_cache(fresh)
+    assert _answers(warm) == _answers(fresh)

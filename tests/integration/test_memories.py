@@ -566,3 +566,32 @@ def test_another_agents_query_text_is_not_shown_in_accesses(eng: DynamicMemoryEn
     mine = [a for a in bob.accesses(shared.id) if a.reader == "bob"]
     assert mine[0].query == "board meeting before my secret layoff announcement"
     assert mine[0].trace_ref == "bob-trace-7"
+
+
+def test_a_restatement_in_capitals_is_stored_once(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    """The same text in capitals (or title case) has the lower-case memory's vector; its
+    capitalised words are not names the lower-case memory holds, so it is stored once, and every
+    later restatement reinforces that copy (dedup tries the next most similar matches when the
+    best does not hold the item). Before, the older lower-case memory came first on the tie and was
+    the only match tried: each restatement was stored again, one more copy per call."""
+    e = make_engine(memory_embedder=HashingEmbedder(dim=64))
+    a = e.agent("alice")
+    low = a.remember("we deploy the billing api on friday")
+    caps = a.remember("WE DEPLOY THE BILLING API ON FRIDAY")
+    assert caps.id != low.id  # it writes names the lower-case memory does not hold
+    for text in ("WE DEPLOY THE BILLING API ON FRIDAY", "We Deploy The Billing Api On Friday"):
+        assert a.remember(text).id == caps.id
+    assert a.remember("we deploy the billing api on friday!").id == low.id
+    again = a.remember_many(
+        [{"content": "WE DEPLOY THE BILLING API ON FRIDAY"}, {"content": "we deploy the billing api on friday"}]
+    )
+    assert [m.id for m in again] == [caps.id, low.id]
+    # Within one batch: the third item's best match is the first item (stored first on the tie),
+    # which does not hold it; the second, which it repeats, is tried next.
+    batch = a.remember_many(
+        [{"content": "the pager rota starts monday"}, {"content": "THE PAGER ROTA STARTS MONDAY"},
+         {"content": "THE PAGER ROTA STARTS MONDAY"}]
+    )  # fmt: skip
+    assert batch[0].id != batch[1].id and batch[2].id == batch[1].id
+    assert a.browse(limit=100).total == 4  # two texts, each in two cases; nothing stored twice
+    e.close()

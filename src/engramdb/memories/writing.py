@@ -307,13 +307,14 @@ def _caught_up(
     if not asked:
         return
     filters = [(prepared[i]["type"].value, prepared[i]["owner"], int(prepared[i]["level"])) for i in asked]
-    found = channel.near_duplicates_in(rows, vectors[asked], who.visibility(), filters, rt.dedup_threshold)
-    matches = {i: hit[0] for i, hit in zip(asked, found, strict=True) if hit is not None}
+    found = channel.near_matches_in(rows, vectors[asked], who.visibility(), filters, rt.dedup_threshold, DEDUP_MATCHES)
+    matches = {i: [ref for _, _, ref in _options(hits, [])] for i, hits in zip(asked, found, strict=True) if hits}
     if not matches:
         return
-    texts = rt.store.memories.contents(sorted(set(matches.values())))
-    for i, n in matches.items():
-        if n in texts and _repeats(prepared[i], *texts[n]):
+    texts = rt.store.memories.contents(sorted({n for ns in matches.values() for n in ns}))
+    for i, ns in matches.items():
+        n = next((n for n in ns if n in texts and _repeats(prepared[i], *texts[n])), None)
+        if n is not None:
             stored[i] = n
             # the later items of the batch that repeat this one reinforce that memory instead
             for j in [j for j, e in earlier.items() if e == i]:
@@ -337,6 +338,18 @@ def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]
             )
 
 
+#: The most matches dedup tries for an item, most similar first (`_duplicates`), and how far below
+#: the best one's cosine the others may be: ties only, the same vector as the best's up to float32
+#: rounding. The best alone let a restatement be stored again on every call: the same text in
+#: capitals has the lower-case memory's vector, that older memory comes first on the tie, and its
+#: words are not the capitalised "names" the restatement writes, so the earlier capitalised copy,
+#: which it repeats, was never tried. With ties tried, a text remembered again always meets its own
+#: earlier copy. Matches that are merely near are not tried: each is one more row read, and in the
+#: benchmark corpus most items have several within 0.01 of the best (at 1M memories, trying them
+#: made single writes 35-40% slower).
+DEDUP_MATCHES = 4
+DEDUP_TIE = 1e-5
+
 #: A todo or an intent is a commitment: stating it again is a new one (the old may be done).
 _NEVER_MERGED = (MemoryType.TODO, MemoryType.INTENT)
 
@@ -346,9 +359,11 @@ def _duplicates(
 ) -> tuple[dict[int, int], dict[int, int]]:
     """Which items add nothing new, as if they were remembered one call at a time, in order:
     ({item: key of the stored memory it duplicates}, {item: earlier item of this batch it
-    duplicates}). An item's match is the most similar visible memory of its type, owner and
-    tenant at or above its level (stored, or an earlier kept item of the batch) at cosine ≥
-    `dedup_threshold`; it is a duplicate when it says nothing that match does not (`says_nothing_new`)."""
+    duplicates}). An item's matches are the visible memories of its type, owner and tenant at or
+    above its level (stored, or earlier kept items of the batch) at cosine ≥ `dedup_threshold`: the
+    most similar, and up to three more tied with it (`_options`); it duplicates the first of them
+    (the stored one, older, before an item of the batch) that it says nothing new against
+    (`_repeats`)."""
     channel = rt.vectors
     if channel is None:
         return {}, {}
@@ -358,31 +373,46 @@ def _duplicates(
     channel.refresh(rt.store, latest)  # at least what the caller read at `latest`
     threshold = rt.dedup_threshold
     filters = [(prepared[i]["type"].value, prepared[i]["owner"], int(prepared[i]["level"])) for i in asked]
-    found = channel.near_duplicates(vectors[asked], who.visibility(), filters, threshold)
-    best: dict[int, tuple[float, bool, int]] = {}  # item: (cosine, stored?, key or earlier item)
-    for i, hit in zip(asked, found, strict=True):
-        if hit is not None:
-            best[i] = (hit[1], True, hit[0])
+    found = dict(
+        zip(
+            asked,
+            channel.near_matches(vectors[asked], who.visibility(), filters, threshold, DEDUP_MATCHES),
+            strict=True,
+        )
+    )
     batch = _BatchMatches(prepared, vectors, asked, who, threshold)
-    texts = rt.store.memories.contents(sorted({b[2] for b in best.values()}))
+    # The texts of each item's most similar stored match; the others' only when they are tried.
+    texts = rt.store.memories.contents(sorted({hits[0][0] for hits in found.values() if hits}))
+    gone: set[int] = set()  # matches no longer there to read (forgotten since the lookup)
     stored: dict[int, int] = {}
     earlier: dict[int, int] = {}
     for j in asked:  # in order: an item merged into an earlier one is not there for later ones
-        match = best.get(j)
-        near = batch.best(j)
-        if near is not None and (match is None or near[1] > match[0]):  # equal: the stored one, older
-            match = (near[1], False, near[0])
-        if match is None:
-            continue
-        _, in_store, ref = match
-        if in_store:
-            if ref in texts and _repeats(prepared[j], *texts[ref]):
-                stored[j] = ref
-        elif _repeats(prepared[j], prepared[ref]["content"], prepared[ref]["entities"]):
-            earlier[j] = ref
+        options = _options(found[j], batch.matches(j))
+        for at, (_, kind, ref) in enumerate(options):
+            if kind == 0:
+                if ref not in texts and ref not in gone:  # a near-tie tried after the best: read now
+                    unread = {r for _, k, r in options[at:] if k == 0 and r not in texts}
+                    texts.update(rt.store.memories.contents(sorted(unread)))
+                    gone |= unread - texts.keys()
+                if ref in texts and _repeats(prepared[j], *texts[ref]):
+                    stored[j] = ref
+                    break
+            elif _repeats(prepared[j], prepared[ref]["content"], prepared[ref]["entities"]):
+                earlier[j] = ref
+                break
         if j in stored or j in earlier:
             batch.merged(j)
     return stored, earlier
+
+
+def _options(stored: list[tuple[int, float]], batch: list[tuple[int, float]]) -> list[tuple[float, int, int]]:
+    """An item's matches to try, in order: (cosine, 0 for a stored memory / 1 for an earlier item
+    of the batch, its key / item), most similar first (equal: the stored one, older), the
+    `DEDUP_MATCHES` most similar that are within `DEDUP_TIE` of the best."""
+    options = sorted([(c, 0, n) for n, c in stored] + [(c, 1, i) for i, c in batch], key=lambda o: (-o[0], o[1]))
+    if not options:
+        return []
+    return [o for o in options[:DEDUP_MATCHES] if o[0] >= options[0][0] - DEDUP_TIE]
 
 
 def _repeats(item: dict[str, Any], content: str, entities: Sequence[str]) -> bool:
@@ -469,17 +499,17 @@ class _BatchMatches:
             self.sims.append(sims)
             self.where.update({i: (g, b) for b, i in enumerate(members)})
 
-    def best(self, item: int) -> tuple[int, float] | None:
-        """The earlier, unmerged item most similar to `item` at cosine ≥ the threshold (the first
-        of equals), with that cosine; else None."""
+    def matches(self, item: int) -> list[tuple[int, float]]:
+        """The earlier, unmerged items at cosine ≥ the threshold with `item`, the `DEDUP_MATCHES`
+        most similar, most similar first (equal: the earlier first), with their cosines."""
         at = self.where.get(item)
         if at is None:
-            return None
+            return []
         g, b = at
         row = self.sims[g][b]
-        a = int(np.argmax(row))
-        cos = float(row[a])
-        return (self.members[g][a], cos) if cos >= self.threshold else None
+        near = np.flatnonzero(row >= self.threshold)
+        near = near[np.lexsort((near, -row[near]))][:DEDUP_MATCHES]
+        return [(self.members[g][a], float(row[a])) for a in near.tolist()]
 
     def merged(self, item: int) -> None:
         """`item` was merged into another memory: it is nobody's match from now on."""

@@ -405,15 +405,27 @@ class VectorChannel:
         """For each row of `vecs`, the most similar visible memory of the same (type, owner) at or
         above the level, as (n, cosine) — a matrix product per block of rows, each block's product
         held to about `SIMS_BYTES` (a batch of 1,000 against 1M memories was a 4 GB matrix)."""
+        return [m[0] if m else None for m in self._best(vecs, vis, filters, 1, -np.inf)]
+
+    def _best(
+        self,
+        vecs: npt.NDArray[np.float32],
+        vis: Visibility,
+        filters: Sequence[tuple[str, str, int]],
+        limit: int,
+        min_cos: float,
+    ) -> list[list[tuple[int, float]]]:
+        """`best_matches`, the `limit` most similar at cosine ≥ `min_cos`, best first (equal
+        cosines: the earlier row first)."""
         with self._lock:
             n = len(self.index)
             if n == 0 or len(vecs) == 0:
-                return [None] * len(vecs)
+                return [[] for _ in range(len(vecs))]
             base = self.mask(vis)
             q = np.asarray(vecs, dtype=np.float32)
             block = max(1, SIMS_BYTES // (4 * n))
             sims = np.empty((0, n), dtype=np.float32)
-            out: list[tuple[int, float] | None] = []
+            out: list[list[tuple[int, float]]] = []
             masks: dict[tuple[str, str, int], npt.NDArray[np.bool_]] = {}
             keys = self.index.keys()
             for i, f in enumerate(filters):
@@ -429,11 +441,15 @@ class VectorChannel:
                         & (self.cols.level[:n] >= level)
                     )
                 if not m.any():
-                    out.append(None)
+                    out.append([])
                     continue
                 row = np.where(m, sims[i % block], -np.inf)
-                j = int(np.argmax(row))
-                out.append((int(keys[j]), float(row[j])))
+                if limit == 1:
+                    top = np.asarray([int(np.argmax(row))])
+                else:
+                    top = np.argpartition(-row, min(limit, n) - 1)[:limit] if n > limit else np.arange(n)
+                    top = top[np.lexsort((top, -row[top]))]
+                out.append([(int(keys[j]), float(row[j])) for j in top if m[j] and row[j] >= min_cos])
             return out
 
     def near_duplicates(
@@ -443,9 +459,23 @@ class VectorChannel:
         filters: Sequence[tuple[str, str, int]],
         min_cos: float,
     ) -> list[tuple[int, float] | None]:
-        """`best_matches` kept only where the cosine is at least `min_cos` (else None): for each
-        row of `vecs`, the most similar visible memory of the same (type, owner) at or above the
-        level — what dedup on write asks, for a whole batch at once.
+        """`best_matches` kept only where the cosine is at least `min_cos` (else None): the first
+        of `near_matches`."""
+        return [m[0] if m else None for m in self.near_matches(vecs, vis, filters, min_cos, 1)]
+
+    def near_matches(
+        self,
+        vecs: npt.NDArray[np.float32],
+        vis: Visibility,
+        filters: Sequence[tuple[str, str, int]],
+        min_cos: float,
+        limit: int = _RESCORE,
+    ) -> list[list[tuple[int, float]]]:
+        """For each row of `vecs`, up to `limit` visible memories of the same (type, owner) at or
+        above the level at cosine ≥ `min_cos`, most similar first — what dedup on write asks, for a
+        whole batch at once. The first is the most similar of all (`best_matches`); the others are
+        the next most similar among the candidates re-scored exactly (with an IVF, the first
+        `_RESCORE` that pass the filter: near the best, not a guaranteed top-`limit`).
 
         Without a trained IVF this is `best_matches` (every vector is scanned anyway). With one,
         one unfiltered IVF search for the whole batch (the index's ``nearest``, over a few lists)
@@ -453,7 +483,7 @@ class VectorChannel:
         passes the row's filter is the answer (re-scored exactly, with the next few that pass, as
         the approximate order can swap near-equal scores), because any better memory that passes
         would have ranked above it; when none passes but the last is below `min_cos`, nothing
-        beyond them can reach it: None. Only when all `NEAR_K` are near enough and none passes
+        beyond them can reach it: no match. Only when all `NEAR_K` are near enough and none passes
         can the answer lie beyond them, and that row gets a filtered search (`search`, visibility
         inside it). So the filter never cuts a top-k short, and at 1M memories the batch costs one
         IVF search instead of a visibility mask over every row and a filtered search per item
@@ -477,14 +507,18 @@ class VectorChannel:
                 # No IVF (yet), or an exact index: exact scans with the filter inside. A few items
                 # one filtered search each (it scores only the allowed rows), a batch one masked
                 # matrix product per block of rows (`best_matches`).
-                if len(q) <= 4:
-                    found = [
-                        next(iter(self.search(q[i], 1, vis, types=frozenset({t}), owner=o, min_level=lv).items()), None)
-                        for i, (t, o, lv) in enumerate(filters)
+                if len(q) > 4:
+                    return self._best(q, vis, filters, limit, min_cos)
+                return [
+                    [
+                        (key, cos)
+                        for key, cos in self.search(
+                            q[i], limit, vis, types=frozenset({t}), owner=o, min_level=lv
+                        ).items()
+                        if cos >= min_cos
                     ]
-                else:
-                    found = self.best_matches(q, vis, list(filters))
-                return [b if b is not None and b[1] >= min_cos else None for b in found]
+                    for i, (t, o, lv) in enumerate(filters)
+                ]
             # Approximate scores for the candidates (re-scored below for the few that matter).
             rows, approx = nearest(q, NEAR_K, exact=False)
             held = rows >= 0
@@ -500,43 +534,42 @@ class VectorChannel:
             # matrix for `vectors_matrix`: 1.5 GB at 1M memories).
             keys, at_rows = self.index.keys(), getattr(self.index, "vectors_at", None)
             matrix = None if at_rows is not None else self.index.vectors_matrix()
-            out: list[tuple[int, float] | None] = []
+            out: list[list[tuple[int, float]]] = []
             for i, f in enumerate(filters):
                 passing = np.flatnonzero(ok[i])
                 if len(passing):
-                    # The approximate order can swap near-equal scores: the best of the first few
-                    # passing candidates by exact cosine (ties: the lower row).
+                    # The approximate order can swap near-equal scores: the first few passing
+                    # candidates by exact cosine (ties: the lower row).
                     top = rows[i, passing[:_RESCORE]]
                     cand = at_rows(top) if at_rows is not None else matrix[top]  # type: ignore[index]
                     exact = np.einsum("kd,d->k", cand, q[i])
-                    j = int(np.lexsort((top, -exact))[0])
-                    cos = float(exact[j])
-                    out.append((int(keys[top[j]]), cos) if cos >= min_cos else None)
+                    order = np.lexsort((top, -exact))[:limit]
+                    out.append([(int(keys[top[j]]), float(exact[j])) for j in order if float(exact[j]) >= min_cos])
                 elif float(approx[i, -1]) < min_cos - _APPROX_MARGIN:
-                    out.append(None)  # all k were more similar than anything beyond, and none passed
+                    out.append([])  # all k were more similar than anything beyond, and none passed
                 else:
                     mtype, owner, level = f
-                    hit = self.search(q[i], 1, vis, types=frozenset({mtype}), owner=owner, min_level=level)
-                    best = next(iter(hit.items()), None)
-                    out.append(best if best is not None and best[1] >= min_cos else None)
+                    hit = self.search(q[i], limit, vis, types=frozenset({mtype}), owner=owner, min_level=level)
+                    out.append([(key, cos) for key, cos in hit.items() if cos >= min_cos])
             return out
 
-    def near_duplicates_in(
+    def near_matches_in(
         self,
         rows: Sequence[VectorRow],
         vecs: npt.NDArray[np.float32],
         vis: Visibility,
         filters: Sequence[tuple[str, str, int]],
         min_cos: float,
-    ) -> list[tuple[int, float] | None]:
-        """`near_duplicates` among `rows` only (`engramdb.storage.ports.VectorRow`, as
+        limit: int = _RESCORE,
+    ) -> list[list[tuple[int, float]]]:
+        """`near_matches` among `rows` only (`engramdb.storage.ports.VectorRow`, as
         `MemoryVectors.cache_rows` reads them: the memories changed since a lookup), exactly, with
         the cache's own visibility rule (`VisibilityColumns`) over their attributes: for a write
         that looked up its near-duplicates before taking the write lock and must see what other
         writers committed in between. Rows without a vector (forgotten) never match."""
         rows = [r for r in rows if r[9] is not None]
         if not rows or not len(filters):
-            return [None] * len(filters)
+            return [[] for _ in range(len(filters))]
         cols = VisibilityColumns(len(rows))
         cols.set_many(np.arange(len(rows), dtype=np.int64), [r[2:9] for r in rows])
         seen = cols.mask(vis, len(rows))
@@ -545,17 +578,14 @@ class VectorChannel:
         q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)
         sims = q @ matrix.T
         keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        out: list[tuple[int, float] | None] = []
+        out: list[list[tuple[int, float]]] = []
         for i, (mtype, owner, level) in enumerate(filters):
             ok = seen & (cols.type[: len(rows)] == cols.types.find(mtype))
             ok &= (cols.owner[: len(rows)] == cols.codes.find(owner)) & (cols.level[: len(rows)] >= level)
             ok &= sims[i] >= min_cos
-            if not ok.any():
-                out.append(None)
-                continue
             cand = np.flatnonzero(ok)
-            j = cand[np.lexsort((keys[cand], -sims[i, cand]))[0]]  # the most similar, then the oldest
-            out.append((int(keys[j]), float(sims[i, j])))
+            best = cand[np.lexsort((keys[cand], -sims[i, cand]))[:limit]]  # the most similar, then the oldest
+            out.append([(int(keys[j]), float(sims[i, j])) for j in best])
         return out
 
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:

@@ -338,16 +338,17 @@ def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]
             )
 
 
-#: The most matches dedup tries for an item, most similar first (`_duplicates`), and how far below
-#: the best one's cosine the others may be: ties only, the same vector as the best's up to float32
-#: rounding. The best alone let a restatement be stored again on every call: the same text in
-#: capitals has the lower-case memory's vector, that older memory comes first on the tie, and its
+#: The most matches dedup tries for an item (`_duplicates`): the most similar, and the memories
+#: tied with it (the same vector, up to float32 rounding: within `DEDUP_TIE`), stored ones first,
+#: oldest first. The best alone let a restatement be stored again on every call: the same text in
+#: capitals has the lower-case memory's vector, that older memory came first on the tie, and its
 #: words are not the capitalised "names" the restatement writes, so the earlier capitalised copy,
-#: which it repeats, was never tried. With ties tried, a text remembered again always meets its own
-#: earlier copy. Matches that are merely near are not tried: each is one more row read, and in the
-#: benchmark corpus most items have several within 0.01 of the best (at 1M memories, trying them
-#: made single writes 35-40% slower).
-DEDUP_MATCHES = 4
+#: which it repeats, was never tried. Now a text remembered again meets its own earlier copy
+#: unless more than this many memories share its vector (the same words about 16 other people).
+#: Matches that are merely near are not tried: each is one more row read, and in the benchmark
+#: corpus most items have several within 0.01 of the best (at 1M memories, trying them made
+#: single writes 35-40% slower).
+DEDUP_MATCHES = 16
 DEDUP_TIE = 1e-5
 
 #: A todo or an intent is a commitment: stating it again is a new one (the old may be done).
@@ -380,7 +381,7 @@ def _duplicates(
             strict=True,
         )
     )
-    batch = _BatchMatches(prepared, vectors, asked, who, threshold)
+    batch = _BatchMatches(prepared, vectors, asked, who, threshold, channel.stored_form(vectors))
     # The texts of each item's most similar stored match; the others' only when they are tried.
     texts = rt.store.memories.contents(sorted({hits[0][0] for hits in found.values() if hits}))
     gone: set[int] = set()  # matches no longer there to read (forgotten since the lookup)
@@ -407,12 +408,14 @@ def _duplicates(
 
 def _options(stored: list[tuple[int, float]], batch: list[tuple[int, float]]) -> list[tuple[float, int, int]]:
     """An item's matches to try, in order: (cosine, 0 for a stored memory / 1 for an earlier item
-    of the batch, its key / item), most similar first (equal: the stored one, older), the
-    `DEDUP_MATCHES` most similar that are within `DEDUP_TIE` of the best."""
-    options = sorted([(c, 0, n) for n, c in stored] + [(c, 1, i) for i, c in batch], key=lambda o: (-o[0], o[1]))
+    of the batch, its key / item): the most similar and those tied with it (within `DEDUP_TIE`),
+    stored memories first, oldest (lowest key) first, then the batch's items in their order; at
+    most `DEDUP_MATCHES`."""
+    options = [(c, 0, n) for n, c in stored] + [(c, 1, i) for i, c in batch]
     if not options:
         return []
-    return [o for o in options[:DEDUP_MATCHES] if o[0] >= options[0][0] - DEDUP_TIE]
+    best = max(o[0] for o in options)
+    return sorted((o for o in options if o[0] >= best - DEDUP_TIE), key=lambda o: (o[1], o[2]))[:DEDUP_MATCHES]
 
 
 def _repeats(item: dict[str, Any], content: str, entities: Sequence[str]) -> bool:
@@ -474,7 +477,13 @@ class _BatchMatches:
     cannot be b's match (a not earlier, below b's level, above the writer's cap, or merged)."""
 
     def __init__(
-        self, prepared: list[dict[str, Any]], vectors: Any, asked: list[int], who: Principal, threshold: float
+        self,
+        prepared: list[dict[str, Any]],
+        vectors: Any,
+        asked: list[int],
+        who: Principal,
+        threshold: float,
+        stored: Any = None,
     ) -> None:
         self.threshold = threshold
         groups: dict[tuple[str, str], list[int]] = {}
@@ -489,7 +498,10 @@ class _BatchMatches:
             g = len(self.members)
             idx = np.asarray(members, dtype=np.int64)
             vecs = np.asarray(vectors[idx], dtype=np.float32)
-            sims = vecs @ vecs.T
+            # Each item against the earlier ones as they will be stored (int8 once the index is
+            # compact), as a later call would compare it with them: else a stored memory (its
+            # int8 cosine ~1e-3 lower) lost the tie to an earlier item of the same vector.
+            sims = vecs @ (vecs if stored is None else np.asarray(stored[idx], dtype=np.float32)).T
             levels = np.asarray([int(prepared[i]["level"]) for i in members])
             ok = np.tril(np.ones((len(members), len(members)), dtype=np.bool_), k=-1)  # ok[b, a]: a before b
             ok &= levels[None, :] >= levels[:, None]
@@ -508,7 +520,7 @@ class _BatchMatches:
         g, b = at
         row = self.sims[g][b]
         near = np.flatnonzero(row >= self.threshold)
-        near = near[np.lexsort((near, -row[near]))][:DEDUP_MATCHES]
+        near = near[np.lexsort((near, -row[near]))][:DEDUP_MATCHES]  # (`_options` keeps the ties)
         return [(self.members[g][a], float(row[a])) for a in near.tolist()]
 
     def merged(self, item: int) -> None:

@@ -54,6 +54,8 @@ NEAR_K = 32
 #: passing candidates re-scored exactly, and how far an approximate score may be below a cosine
 _RESCORE = 4
 _APPROX_MARGIN = 0.02
+#: cosines this close are ties: the same vector, up to float32 rounding in different kernels
+_TIE = 1e-5
 
 #: rows per batch of a first load
 LOAD_BATCH = 20_000
@@ -415,8 +417,8 @@ class VectorChannel:
         limit: int,
         min_cos: float,
     ) -> list[list[tuple[int, float]]]:
-        """`best_matches`, the `limit` most similar at cosine ≥ `min_cos`, best first (equal
-        cosines: the earlier row first)."""
+        """`best_matches` at cosine ≥ `min_cos`, then the memories tied with it (within `_TIE`) in
+        row order, at most `limit` in all."""
         with self._lock:
             n = len(self.index)
             if n == 0 or len(vecs) == 0:
@@ -444,13 +446,18 @@ class VectorChannel:
                     out.append([])
                     continue
                 row = np.where(m, sims[i % block], -np.inf)
-                if limit == 1:
-                    top = np.asarray([int(np.argmax(row))])
-                else:
-                    top = np.argpartition(-row, min(limit, n) - 1)[:limit] if n > limit else np.arange(n)
-                    top = top[np.lexsort((top, -row[top]))]
-                out.append([(int(keys[j]), float(row[j])) for j in top if m[j] and row[j] >= min_cos])
+                j = int(np.argmax(row))
+                top = [j, *[t for t in np.flatnonzero(row >= row[j] - _TIE).tolist() if t != j][: limit - 1]]
+                out.append([(int(keys[t]), float(row[t])) for t in top if m[t] and row[t] >= min_cos])
             return out
+
+    def stored_form(self, vecs: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """`vecs` as the index gives stored vectors back (int8, dequantised, once an `AnnIndex` is
+        compact): cosines with them compare with the cosines of stored memories (dedup compares a
+        batch's items with each other so)."""
+        own = getattr(self.index, "stored_form", None)
+        out: npt.NDArray[np.float32] = np.asarray(vecs, dtype=np.float32) if own is None else own(vecs)
+        return out
 
     def near_duplicates(
         self,
@@ -471,11 +478,11 @@ class VectorChannel:
         min_cos: float,
         limit: int = _RESCORE,
     ) -> list[list[tuple[int, float]]]:
-        """For each row of `vecs`, up to `limit` visible memories of the same (type, owner) at or
-        above the level at cosine ≥ `min_cos`, most similar first — what dedup on write asks, for a
-        whole batch at once. The first is the most similar of all (`best_matches`); the others are
-        the next most similar among the candidates re-scored exactly (with an IVF, the first
-        `_RESCORE` that pass the filter: near the best, not a guaranteed top-`limit`).
+        """For each row of `vecs`, the most similar visible memory of the same (type, owner) at or
+        above the level at cosine ≥ `min_cos` (`best_matches`) and the memories tied with it (the
+        same vector: within `_TIE`), at most `limit` — what dedup on write asks, for a whole batch
+        at once. The first is the most similar, as `near_duplicates` gives it; the order of the
+        ties after it is not defined (dedup orders them by age itself).
 
         Without a trained IVF this is `best_matches` (every vector is scanned anyway). With one,
         one unfiltered IVF search for the whole batch (the index's ``nearest``, over a few lists)
@@ -510,13 +517,7 @@ class VectorChannel:
                 if len(q) > 4:
                     return self._best(q, vis, filters, limit, min_cos)
                 return [
-                    [
-                        (key, cos)
-                        for key, cos in self.search(
-                            q[i], limit, vis, types=frozenset({t}), owner=o, min_level=lv
-                        ).items()
-                        if cos >= min_cos
-                    ]
+                    _ties(self.search(q[i], limit, vis, types=frozenset({t}), owner=o, min_level=lv), min_cos)
                     for i, (t, o, lv) in enumerate(filters)
                 ]
             # Approximate scores for the candidates (re-scored below for the few that matter).
@@ -539,18 +540,23 @@ class VectorChannel:
                 passing = np.flatnonzero(ok[i])
                 if len(passing):
                     # The approximate order can swap near-equal scores: the first few passing
-                    # candidates by exact cosine (ties: the lower row).
+                    # candidates by exact cosine (ties: the lower row); more of them when the last
+                    # is tied with the best (memories of the very same vector, asked for by `limit`).
                     top = rows[i, passing[:_RESCORE]]
                     cand = at_rows(top) if at_rows is not None else matrix[top]  # type: ignore[index]
                     exact = np.einsum("kd,d->k", cand, q[i])
+                    if limit > _RESCORE and len(passing) > _RESCORE and exact.min() >= exact.max() - _TIE:
+                        top = rows[i, passing[:limit]]
+                        cand = at_rows(top) if at_rows is not None else matrix[top]  # type: ignore[index]
+                        exact = np.einsum("kd,d->k", cand, q[i])
                     order = np.lexsort((top, -exact))[:limit]
-                    out.append([(int(keys[top[j]]), float(exact[j])) for j in order if float(exact[j]) >= min_cos])
+                    out.append(_ties({int(keys[top[j]]): float(exact[j]) for j in order}, min_cos))
                 elif float(approx[i, -1]) < min_cos - _APPROX_MARGIN:
                     out.append([])  # all k were more similar than anything beyond, and none passed
                 else:
                     mtype, owner, level = f
                     hit = self.search(q[i], limit, vis, types=frozenset({mtype}), owner=owner, min_level=level)
-                    out.append([(key, cos) for key, cos in hit.items() if cos >= min_cos])
+                    out.append(_ties(hit, min_cos))
             return out
 
     def near_matches_in(
@@ -585,7 +591,7 @@ class VectorChannel:
             ok &= sims[i] >= min_cos
             cand = np.flatnonzero(ok)
             best = cand[np.lexsort((keys[cand], -sims[i, cand]))[:limit]]  # the most similar, then the oldest
-            out.append([(int(keys[j]), float(sims[i, j])) for j in best])
+            out.append(_ties({int(keys[j]): float(sims[i, j]) for j in best}, min_cos))
         return out
 
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:
@@ -605,6 +611,15 @@ class VectorChannel:
                     ann.dot(vecs, query_vec) if isinstance(index, AnnIndex) else np.einsum("ij,j->i", vecs, query_vec)
                 )
             return dict(zip(keys, sims.tolist(), strict=True))
+
+
+def _ties(found: dict[int, float], min_cos: float) -> list[tuple[int, float]]:
+    """`found` ({key: cosine}, best first) cut to its first and those tied with it, at or above
+    `min_cos`."""
+    if not found:
+        return []
+    top = next(iter(found.values()))
+    return [(key, cos) for key, cos in found.items() if cos >= min_cos and cos >= top - _TIE]
 
 
 def _similarities(index: VectorIndex, rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

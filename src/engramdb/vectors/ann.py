@@ -616,6 +616,17 @@ class AnnIndex(ExactIndex):
             out[start:stop] = _dot(self._codes[sel].astype(np.float32), q) * self._scale[sel]
         return out
 
+    def stored_form(self, vecs: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """`vecs` as this index would give them back once stored (`vectors_at`): dequantised int8
+        rows once compact, else as they are. A cosine with them equals one with the stored row."""
+        v = np.asarray(vecs, dtype=np.float32)
+        if self._codes is None:
+            return v
+        codes, scale = _quantise(v)
+        out: npt.NDArray[np.float32] = codes.astype(np.float32)
+        out *= scale[:, None]
+        return out
+
     def vectors_matrix(self) -> npt.NDArray[np.float32]:
         """Every vector in `keys()` order: a view when float32, a dequantised copy when compact
         (a large array: prefer `similarities` or `vectors_of`)."""

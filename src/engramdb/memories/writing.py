@@ -411,9 +411,9 @@ def _options(stored: list[tuple[int, float]], batch: list[tuple[int, float]]) ->
     of the batch, its key / item): the most similar and those tied with it (within `DEDUP_TIE`),
     stored memories first, oldest (lowest key) first, then the batch's items in their order; at
     most `DEDUP_MATCHES`."""
+    if not batch and len(stored) <= 1:  # the common case: one match or none
+        return [(c, 0, n) for n, c in stored]
     options = [(c, 0, n) for n, c in stored] + [(c, 1, i) for i, c in batch]
-    if not options:
-        return []
     best = max(o[0] for o in options)
     return sorted((o for o in options if o[0] >= best - DEDUP_TIE), key=lambda o: (o[1], o[2]))[:DEDUP_MATCHES]
 
@@ -512,16 +512,20 @@ class _BatchMatches:
             self.where.update({i: (g, b) for b, i in enumerate(members)})
 
     def matches(self, item: int) -> list[tuple[int, float]]:
-        """The earlier, unmerged items at cosine ≥ the threshold with `item`, the `DEDUP_MATCHES`
-        most similar, most similar first (equal: the earlier first), with their cosines."""
+        """The earlier, unmerged item most similar to `item` at cosine ≥ the threshold and those
+        tied with it (within `DEDUP_TIE`), earlier first, at most `DEDUP_MATCHES`, with their
+        cosines."""
         at = self.where.get(item)
         if at is None:
             return []
         g, b = at
         row = self.sims[g][b]
-        near = np.flatnonzero(row >= self.threshold)
-        near = near[np.lexsort((near, -row[near]))][:DEDUP_MATCHES]  # (`_options` keeps the ties)
-        return [(self.members[g][a], float(row[a])) for a in near.tolist()]
+        a = int(np.argmax(row))
+        best = float(row[a])
+        if best < self.threshold:
+            return []
+        near = np.flatnonzero(row >= best - DEDUP_TIE)[:DEDUP_MATCHES].tolist()  # the best and its ties
+        return [(self.members[g][i], float(row[i])) for i in near]
 
     def merged(self, item: int) -> None:
         """`item` was merged into another memory: it is nobody's match from now on."""

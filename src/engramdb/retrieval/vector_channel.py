@@ -616,8 +616,8 @@ class VectorChannel:
 def _ties(found: dict[int, float], min_cos: float) -> list[tuple[int, float]]:
     """`found` ({key: cosine}, best first) cut to its first and those tied with it, at or above
     `min_cos`."""
-    if not found:
-        return []
+    if len(found) <= 1:
+        return [(key, cos) for key, cos in found.items() if cos >= min_cos]
     top = next(iter(found.values()))
     return [(key, cos) for key, cos in found.items() if cos >= min_cos and cos >= top - _TIE]
 

@@ -91,6 +91,15 @@ def _vector_cache(engine: DynamicMemoryEngine) -> dict[int, tuple[Any, ...]]:
     return out
 
 
+def _reads_back(engine: DynamicMemoryEngine, monkeypatch: Any) -> list[int]:
+    """The change numbers the engine's vector cache reads rows back from, from now on."""
+    reads: list[int] = []
+    vectors = engine._runtime.store.vectors
+    real = vectors.cache_rows
+    monkeypatch.setattr(vectors, "cache_rows", lambda model, since: reads.append(since) or real(model, since))
+    return reads
+
+
 def test_own_remembers_go_into_the_vector_cache_as_written(
     make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock, monkeypatch: Any
 ) -> None:
@@ -103,10 +112,7 @@ def test_own_remembers_go_into_the_vector_cache_as_written(
     other = make_engine(memory_embedder=fake_embedder())
     me = warm.agent("a")
     me.recall("deploy", k=3)  # the caches are loaded
-    reads: list[int] = []
-    vectors = warm._runtime.store.vectors
-    real = vectors.cache_rows
-    monkeypatch.setattr(vectors, "cache_rows", lambda model, since: reads.append(since) or real(model, since))
+    reads = _reads_back(warm, monkeypatch)
     kinds = [
         {"shared": True},
         {"confidentiality": 2},
@@ -170,10 +176,7 @@ def test_own_remembers_that_reinforce_go_into_the_vector_cache_too(
     _fill(warm)
     me = warm.agent("a")
     me.recall("deploy", k=3)  # the caches are loaded
-    reads: list[int] = []
-    vectors = warm._runtime.store.vectors
-    real = vectors.cache_rows
-    monkeypatch.setattr(vectors, "cache_rows", lambda model, since: reads.append(since) or real(model, since))
+    reads = _reads_back(warm, monkeypatch)
     stored = me.remember("note 1: release review deploy")  # _fill's note 1, again
     counts = [stored.access_count]
     for i in range(6):

@@ -362,9 +362,9 @@ def _duplicates(
     ({item: key of the stored memory it duplicates}, {item: earlier item of this batch it
     duplicates}). An item's matches are the visible memories of its type, owner and tenant at or
     above its level (stored, or earlier kept items of the batch) at cosine ≥ `dedup_threshold`: the
-    most similar, and up to three more tied with it (`_options`); it duplicates the first of them
-    (the stored one, older, before an item of the batch) that it says nothing new against
-    (`_repeats`)."""
+    most similar, and those tied with it, at most `DEDUP_MATCHES` (`_options`); it duplicates the
+    first of them (stored ones before items of the batch, older first) that it says nothing new
+    against (`_repeats`)."""
     channel = rt.vectors
     if channel is None:
         return {}, {}
@@ -524,7 +524,7 @@ class _BatchMatches:
         best = float(row[a])
         if best < self.threshold:
             return []
-        near = np.flatnonzero(row >= best - DEDUP_TIE)[:DEDUP_MATCHES].tolist()  # the best and its ties
+        near = np.flatnonzero(row >= max(self.threshold, best - DEDUP_TIE))[:DEDUP_MATCHES].tolist()  # best, ties
         return [(self.members[g][i], float(row[i])) for i in near]
 
     def merged(self, item: int) -> None:

@@ -8,7 +8,7 @@ under its cap; any other id answers `NotFound`, exactly like a missing one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 import numpy as np
@@ -381,7 +381,7 @@ def _duplicates(
             strict=True,
         )
     )
-    batch = _BatchMatches(prepared, vectors, asked, who, threshold, channel.stored_form(vectors))
+    batch = _BatchMatches(prepared, vectors, asked, who, threshold, channel.stored_form)
     # The texts of each item's most similar stored match; the others' only when they are tried.
     texts = rt.store.memories.contents(sorted({hits[0][0] for hits in found.values() if hits}))
     gone: set[int] = set()  # matches no longer there to read (forgotten since the lookup)
@@ -483,7 +483,7 @@ class _BatchMatches:
         asked: list[int],
         who: Principal,
         threshold: float,
-        stored: Any = None,
+        stored_form: Callable[[Any], Any] | None = None,
     ) -> None:
         self.threshold = threshold
         groups: dict[tuple[str, str], list[int]] = {}
@@ -500,8 +500,9 @@ class _BatchMatches:
             vecs = np.asarray(vectors[idx], dtype=np.float32)
             # Each item against the earlier ones as they will be stored (int8 once the index is
             # compact), as a later call would compare it with them: else a stored memory (its
-            # int8 cosine ~1e-3 lower) lost the tie to an earlier item of the same vector.
-            sims = vecs @ (vecs if stored is None else np.asarray(stored[idx], dtype=np.float32)).T
+            # int8 cosine ~1e-3 lower) lost the tie to an earlier item of the same vector. Only
+            # for groups of two or more: a single write quantised its vector twice for nothing.
+            sims = vecs @ (vecs if stored_form is None else np.asarray(stored_form(vecs), dtype=np.float32)).T
             levels = np.asarray([int(prepared[i]["level"]) for i in members])
             ok = np.tril(np.ones((len(members), len(members)), dtype=np.bool_), k=-1)  # ok[b, a]: a before b
             ok &= levels[None, :] >= levels[:, None]

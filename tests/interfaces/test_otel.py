@@ -111,3 +111,25 @@ def test_scope_sql_spans_are_opt_in_and_carry_no_sql_text(make_engine: Any, span
     assert calls == ["execute", "executemany", "query", "stream", "execute"]
     assert got[2].attributes["engramdb.rows"] == 2 and got[0].attributes["engramdb.namespace"] == "shared"
     assert all("engramdb.sql" not in s.attributes and SECRET not in repr(dict(s.attributes)) for s in got)
+
+
+def test_no_tracer_provider_makes_no_span_and_a_global_one_is_used_at_once(
+    eng: DynamicMemoryEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without any provider (none configured, none set globally) spans are skipped: each would be
+    # a non-recording no-op costing ~7 µs a recall or remember.
+    otel.configure(tracer_provider=None)
+    with otel.span("engramdb.recall", k=1) as current:
+        assert current is otel._NO_SPAN
+    me = eng.agent("alice")
+    me.remember("the vault is in the basement")
+    # A provider the application sets globally later is picked up by the next call.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(otel._trace, "get_tracer_provider", lambda: provider)
+    try:
+        me.recall("vault", k=1)
+    finally:
+        otel.configure(tracer_provider=None)  # drops the tracer cached from that provider
+    assert [s.name for s in exporter.get_finished_spans()] == ["engramdb.recall"]

@@ -1,8 +1,8 @@
 """OpenTelemetry spans for remember, recall, explain, reflect and the SQL tool (the ``otel`` extra).
 
 With ``opentelemetry-api`` installed, engramdb opens a span per operation on the tracer provider
-the application configured (nothing is exported until it sets one up, e.g. with
-``opentelemetry-sdk``); without the package every span is a no-op costing one function call.
+the application configured (`configure`, or globally, e.g. with ``opentelemetry-sdk``); until it
+sets one up, and without the package, every span is a no-op costing one function call.
 
 Spans carry counts, settings, timings and the score components of the top hit — never memory
 text, and not query or SQL text unless ``configure(capture_text=True)`` (or the environment
@@ -118,6 +118,17 @@ def _tracer() -> Any:
     return tracer
 
 
+def _tracing() -> bool:
+    """False while no tracer provider is set (neither by `configure` nor globally, e.g. by
+    ``opentelemetry-sdk``): every span would be a non-recording no-op, and making one cost ~7 µs a
+    call (a recall or remember). Checked at each span, so a provider set later is used at once."""
+    if _state["provider"] is not None:
+        return True
+    assert _trace is not None
+    provider = _trace.get_tracer_provider()
+    return not isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider))
+
+
 def _clean(attributes: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in attributes.items():
@@ -136,7 +147,7 @@ def _clean(attributes: dict[str, Any]) -> dict[str, Any]:
 def span(name: str, **attributes: Any) -> Iterator[Any]:
     """A span named `name` with `attributes` (``engramdb.`` is prefixed to keys without it; None
     values are left out); yields it so callers can add attributes once they know them."""
-    if _trace is None:
+    if _trace is None or not _tracing():
         yield _NO_SPAN
         return
     attrs = _clean({k if k.startswith("engramdb.") else f"engramdb.{k}": v for k, v in attributes.items()})

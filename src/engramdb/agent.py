@@ -192,11 +192,12 @@ class Agent:
         """Store one memory and return it. Private to this agent unless `shared`.
 
         With `dedup` (default), a memory within cosine `engine.dedup_threshold` (0.92) of a visible
-        one of the same type, owner and tenant, at or above its confidentiality, *that adds nothing
-        to it* (its words, numbers, names and entities are already there), reinforces that one (logged
-        ``reinforced``) and that one is returned. Without an embedder the match is a text that is
-        the same but for case, white space and punctuation. Content that was deliberately forgotten
-        raises `Forgotten` unless `force`.
+        one of the same type, owner and tenant, at or above its confidentiality, *that makes the same
+        statement* (the same words, numbers and order, case, punctuation, articles and contractions
+        aside, and no entity the other lacks) reinforces that one (logged ``reinforced``) and that
+        one is returned. Anything else, a correction ("not allergic") included, is stored. Without
+        an embedder the candidates are texts that are the same but for case, white space and
+        punctuation. Content that was deliberately forgotten raises `Forgotten` unless `force`.
 
         Raises `ValidationError` (nothing written) for empty content, an unknown type, scores out
         of range, a status on a non-todo, or validity that ends before it starts.

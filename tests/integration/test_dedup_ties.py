@@ -24,11 +24,12 @@ def test_one_by_one_a_tie_goes_to_the_oldest_memory_as_in_a_batch(
     a = e.agent("alice")
     a.remember_many([{"content": f"filler number {i} about topic {i * 7 % 13}"} for i in range(4)], dedup=False)
     low = a.remember(LOW)
-    caps = a.remember(CAPS)
-    assert caps.id != low.id  # its capitalised words are names the lower-case memory lacks
+    caps = a.remember(CAPS, dedup=False)  # the same statement, stored a second time on purpose
+    assert caps.id != low.id
     batch = a.remember_many([{"content": LOW}] + [{"content": f"totally new thing {i}"} for i in range(4)])
     assert batch[0].id == low.id
-    assert a.remember(LOW).id == low.id  # the CAPITALS memory holds it too, but is younger
+    assert a.remember(LOW).id == low.id  # the CAPITALS memory says it too, but is younger
+    assert a.remember(CAPS).id == low.id
 
 
 def test_a_text_meets_its_own_copy_among_more_than_four_of_its_vector(
@@ -68,13 +69,16 @@ def test_a_batch_ties_a_stored_memory_as_one_call_at_a_time_does(
         a.remember_many([{"content": f"filler number {i} about topic {i * 7 % 13}"} for i in range(60)], dedup=False)
         return e, a.remember(LOW).id
 
+    # LOW about Ann: the same vector, but a fact the stored memory (about no one) does not hold;
+    # LOW itself then repeats both the stored memory and that one.
+    about_ann = {"content": LOW, "entities": ["Ann"]}
     one, low = build("one")
     a = one.agent("alice")
     assert one._runtime.vectors is not None and one._runtime.vectors.approximate
-    assert a.remember(CAPS).id != low
+    assert a.remember(**about_ann).id != low  # type: ignore[arg-type]
     assert a.remember(LOW).id == low
 
     many, low = build("many")
-    out = many.agent("alice").remember_many([{"content": CAPS}, {"content": LOW}])
+    out = many.agent("alice").remember_many([about_ann, {"content": LOW}])
     assert out[0].id != low
     assert out[1].id == low

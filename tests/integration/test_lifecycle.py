@@ -773,7 +773,7 @@ def test_dedup_through_a_trained_ivf_decides_as_the_exact_scan(
     places = ("harbour", "quarry", "orchard", "station", "market", "chapel", "ferry", "mill", "bridge", "dunes")
     texts = [f"Invoice {i} for the {places[i % 10]} account was paid on day {i}" for i in range(300)]
     said = "The staging cluster of the payments team runs in eu-west-1 with two spare nodes and one standby database"
-    texts[5] = said + " today"  # alice's memory says a little more than what she says again below
+    texts[5] = said + "."  # alice's memory says what she says again below
     stored = alice.remember_many([{"content": t} for t in texts], dedup=False)
     # Bob's exact copies are nearer than alice's memory, and more than one search takes per item:
     # the IVF path must look past them (a filtered search) rather than answer "no duplicate".

@@ -159,13 +159,17 @@ def test_merge_keeps_the_highest_scores_folds_strength_and_edges_and_archives_wi
     assert [r.channel for r in alice.accesses(b.id)][-1] is Channel.REFLECTED
 
 
-def test_merge_keeps_the_newer_memory_when_only_it_holds_every_fact(alice: Agent, clock: FixedClock) -> None:
+def test_a_near_duplicate_that_says_more_is_linked_not_merged(alice: Agent, clock: FixedClock) -> None:
+    """Cosine 0.96, and a number the older one lacks: another statement. Before, the older memory
+    was archived into the newer; a merge now takes only the same statement, and the link step
+    relates the two instead."""
     old = put(alice, KEY)
     clock.advance(60)
-    new = put(alice, KEY + " 2025")  # cosine 0.96, and a number the older one lacks
-    assert Reflector(alice).merge().merged == 1
-    assert alice.get(old.id, touch=False).archived and not alice.get(new.id, touch=False).archived
-    assert edges_of(alice, new.id, EdgeType.REFINES) == [(old.id, new.id, "refines", 1.0)]
+    new = put(alice, KEY + " 2025")
+    assert Reflector(alice).merge().merged == 0
+    assert not alice.get(old.id, touch=False).archived and not alice.get(new.id, touch=False).archived
+    assert Reflector(alice).link().linked == 1
+    assert [(s, d) for s, d, _, _ in edges_of(alice, old.id, EdgeType.RELATED)] == [(old.id, new.id)]
 
 
 def test_merge_never_crosses_owners_tenants_types_status_or_validity(eng: DynamicMemoryEngine, alice: Agent) -> None:
@@ -201,25 +205,27 @@ def test_link_adds_related_edges_in_the_band_at_most_five_per_memory(eng: Dynami
     fillers(alice)
     hub = put(alice, KEY)
     ring = [put(alice, KEY.replace("Monday", day)) for day in DAYS]  # all pairs in [0.80, 0.95)
-    near_dup = put(alice, KEY + " sharp")  # 0.955 with the hub: a merge candidate, never a link
-    vec = {m.id: fake_embedder().embed([m.content])[0] for m in [hub, *ring, near_dup]}
+    near_dup = put(alice, KEY + " sharp")  # 0.955 with the hub, and a word more: linked, not merged
+    twin = put(alice, DUP)  # the hub's statement again: the merge's to fold, never a link
+    vec = {m.id: fake_embedder().embed([m.content])[0] for m in [hub, *ring, near_dup, twin]}
 
     report = Reflector(alice).link()
 
     new = count(eng, "SELECT count(*) FROM engram_edges WHERE type = 'related'")
     assert report.linked == new > 0
-    for m in [hub, *ring, near_dup]:
+    for m in [hub, *ring, near_dup, twin]:
         mine = edges_of(alice, m.id, EdgeType.RELATED)
         assert len(mine) <= 5
         for src, dst, _, weight in mine:
             cos = float(vec[src] @ vec[dst])
-            assert 0.80 <= cos < 0.95 and weight == pytest.approx(cos, abs=2e-4)
+            assert cos >= 0.80 and weight == pytest.approx(cos, abs=2e-4)
     hub_edges = edges_of(alice, hub.id, EdgeType.RELATED)
     assert len(hub_edges) == 5
-    # the hub keeps its five nearest neighbours in the band; the farthest one is left out
-    by_cos = sorted(ring, key=lambda m: -float(vec[hub.id] @ vec[m.id]))
+    # the hub keeps its five nearest neighbours; the farthest ones are left out
+    by_cos = sorted([*ring, near_dup], key=lambda m: -float(vec[hub.id] @ vec[m.id]))
+    assert by_cos[0].id == near_dup.id
     assert {d for _, d, _, _ in hub_edges} == {m.id for m in by_cos[:5]}
-    assert near_dup.id not in {x for e in hub_edges for x in e[:2]}
+    assert twin.id not in {x for e in hub_edges for x in e[:2]}
     # a second run adds nothing new between pairs already linked, and never more than the cap
     again = Reflector(alice).link()
     assert all(len(edges_of(alice, m.id, EdgeType.RELATED)) <= 10 for m in ring)

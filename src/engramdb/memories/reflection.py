@@ -103,10 +103,10 @@ from engramdb.memories.reflection_support import (
 from engramdb.memories.runtime import Acting
 from engramdb.memories.scoring import base_level, recency
 from engramdb.memories.similarity import _load_vectors, _pairs, _Vectors
-from engramdb.memories.text import says_nothing_new
+from engramdb.memories.text import same_statement
 from engramdb.observability import otel
 from engramdb.progress import Progress, report
-from engramdb.retrieval.keywords import cue_terms
+from engramdb.retrieval.keywords import cue_terms, entity_token
 from engramdb.storage.ports import Fold, Touch
 
 __all__ = [
@@ -414,7 +414,13 @@ class Reflector:
     def _contains(self, keep: Memory, dup: Memory) -> bool:
         if not self.config.merge_requires_containment:
             return keep is not dup and keep.created_at <= dup.created_at
-        return says_nothing_new(_text(dup), _text(keep))
+        # The same statement about the same entities: a merge archives `dup`, and must never
+        # archive a fact the survivor does not state (a correction, another number, another person).
+        # One entity list may name what the other leaves unsaid (the survivor takes both), but
+        # the same words about two different people are two facts.
+        kept = {t for t in map(entity_token, keep.entities) if t is not None}
+        duped = {t for t in map(entity_token, dup.entities) if t is not None}
+        return (kept <= duped or duped <= kept) and same_statement(_text(dup), _text(keep))
 
     def _fold(self, run: _Run, keep_n: int, keep: Memory, dup_n: int, dup: Memory, stamp: int) -> None:
         store, who = self.rt.store, self.who
@@ -558,7 +564,9 @@ class Reflector:
         new_edges: dict[int, int] = {}
         pending: list[tuple[int, list[tuple[int, float]]]] = []
         for rows in vecs.groups(lambda r: (vecs.owners[r], vecs.levels[r])):
-            pairs = _pairs(vecs.mat, rows, cfg.link_threshold, cfg.merge_threshold, cfg, stop)
+            # No upper bound: a near-duplicate the merge step left alone (another statement,
+            # a correction, another number) is linked to its neighbour instead.
+            pairs = _pairs(vecs.mat, rows, cfg.link_threshold, None, cfg, stop)
             if pairs is None:
                 tally.interrupted = True
                 break
@@ -577,6 +585,8 @@ class Reflector:
                     key = (min(n, other), max(n, other))
                     if new_edges.get(other, 0) >= cfg.max_new_edges or key in linked:
                         continue
+                    if sim >= cfg.merge_threshold and self._survivor(self._fetch(run, [n, other]), *key) is not None:
+                        continue  # the merge step's to fold, not a neighbour
                     linked.add(key)
                     new_edges[n] = new_edges.get(n, 0) + 1
                     new_edges[other] = new_edges.get(other, 0) + 1

@@ -26,10 +26,14 @@ class ReflectionConfig:
     """Every constant of a reflection run. Defaults are nooa-memory's where it has one."""
 
     merge_threshold: float = 0.95  # cosine at or above which two memories are near-duplicates
-    #: merge only when the archived memory says nothing the survivor does not (its words, numbers
-    #: and names are all there): a merge must never drop a fact
+    #: merge only when the two make the same statement (`same_statement`: the same words, numbers
+    #: and order, case, punctuation, articles and contractions aside) about the same entities: a
+    #: merge must never archive a fact. False merges every pair above merge_threshold, keeping the
+    #: older: that can archive a correction, and is for stores whose writers never restate.
     merge_requires_containment: bool = True
-    link_threshold: float = 0.80  # cosine from which two memories are neighbours (below merge_threshold)
+    #: cosine from which two memories are neighbours; near-duplicates the merge left apart are
+    #: linked too
+    link_threshold: float = 0.80
     max_new_edges: int = 5  # new related edges touching any one memory, per run
     reconcile_threshold: float = 0.6  # cosine from which memories are clustered for the reconciler
     reconcile_max_cluster: int = 6

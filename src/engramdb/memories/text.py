@@ -1,5 +1,5 @@
-"""Text and access-time helpers shared by writes and reflection: value fingerprints, "adds nothing
-new", the packed access ring, and the tokens new ids are made of. Pure functions, no I/O."""
+"""Text and access-time helpers shared by writes and reflection: value fingerprints, "the same
+statement", the packed access ring, and the tokens new ids are made of. Pure functions, no I/O."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import secrets
 import unicodedata
 from collections.abc import Sequence
 
-from engramdb.retrieval.keywords import STOPWORDS, words
-
 _NON_WORD = re.compile(r"[\W_]+")
-_NAME = re.compile(r"\b[A-Z][\w-]*")
 
 
 def content_hash(text: str) -> str:
@@ -42,27 +39,73 @@ def id_tokens(now: float, count: int) -> list[str]:
     return [f"{second:08x}{randomness[16 * i : 16 * i + 16]}" for i in range(count)]
 
 
-def says_nothing_new(new: str, old: str, *, containment: float = 0.9) -> bool:
-    """True when `new` adds nothing `old` does not already say: at least `containment` of its
-    content words appear in `old`, and every number or identifier and every capitalised name in
-    it does too.
+# A token of a statement: a run of letters, digits and the signs that belong to a value ($, %, #,
+# @, °, currency), joined by the separators that live inside one ("1,000", "2024-03-05", "v1.2.3",
+# "eu-west-1", "3:30", "alice's", "a/b"), so every number, date and version is compared whole, as
+# written. "?" is a token too: a question is not the statement it asks about.
+# A sign before a digit belongs to its number ("-5" is not "5") unless it joins two tokens.
+_TOKEN = re.compile(r"(?:(?<![\w.])[-+−±](?=\d))?[\w$%#@°€£¥₹]+(?:[.,:/'\-][\w$%#@°€£¥₹]+)*|\?")
+#: words a restatement may add or drop without saying something else (a capital "A" inside a
+#: sentence is a label, "plan A", "grade A", and counts)
+_IGNORABLE = frozenset({"a", "an", "the"})
+#: unambiguous English contractions, so "isn't" and "is not" are one statement ("'s" and "'d" are
+#: not: is/has/possessive, would/had)
+_CONTRACTIONS = {
+    "won't": ("will", "not"),
+    "can't": ("can", "not"),
+    "shan't": ("shall", "not"),
+    "cannot": ("can", "not"),
+}
+_SUFFIXES = (("n't", "not"), ("'re", "are"), ("'m", "am"), ("'ve", "have"), ("'ll", "will"))
 
-    Dedup on write uses this after the cosine test, because a static embedding puts distinct
-    facts from one sentence pattern above cosine 0.92 (measured: 75% of same-pattern pairs in the
-    benchmark corpus), and a merge would drop the new fact.
+
+def statement_tokens(text: str) -> tuple[str, ...]:
+    """The tokens two texts must share, in order, to make the same statement (`same_statement`):
+    NFKC, case-folded, curly apostrophes straightened, punctuation other than "?" dropped, the
+    articles dropped, unambiguous contractions written out. Everything else counts, in its order:
+    negations, polarity and direction words, prepositions, every number as written (with its
+    separators), dates and versions as whole tokens, who comes before whom."""
+    norm = unicodedata.normalize("NFKC", text).replace("\u2019", "'").replace("\u2018", "'")
+    shouting = not any(c.islower() for c in norm)
+    out: list[str] = []
+    for match in _TOKEN.finditer(norm):
+        written = match.group(0).strip("'")
+        tok = written.casefold()
+        if not tok:
+            continue
+        if tok in _IGNORABLE and (written != "A" or shouting or _starts_sentence(norm, match.start())):
+            continue
+        whole = _CONTRACTIONS.get(tok)
+        if whole is not None:
+            out.extend(whole)
+            continue
+        for suffix, word in _SUFFIXES:
+            if tok.endswith(suffix) and len(tok) > len(suffix):
+                out.extend((tok[: -len(suffix)], word))
+                break
+        else:
+            out.append(tok)
+    return tuple(out)
+
+
+def _starts_sentence(text: str, at: int) -> bool:
+    before = text[:at].rstrip()
+    return not before or before[-1] in '.!?:;\n"“(-'
+
+
+def same_statement(a: str, b: str) -> bool:
+    """True when `a` and `b` make the same statement written differently: the same
+    `statement_tokens` in the same order (case, white space, punctuation, articles and
+    contractions aside).
+
+    Dedup on write folds a new memory into an old one only when this holds (after the cosine
+    test, which finds the candidates), and reflection merges only such pairs: anything else, a
+    correction ("not allergic"), a change of direction ("up"/"down", "before"/"after"), another
+    number, date or version, the same words in another order ("Alice owes Bob" / "Bob owes
+    Alice"), or a restatement in other words, is stored beside it; reflection links the two.
     """
-    nw = {w for w in words(new) if w not in STOPWORDS}
-    ow = set(words(old))
-    if not nw:
-        return False
-    if len(nw & ow) / len(nw) < containment:
-        return False
-    if any(any(c.isdigit() for c in w) and w not in ow for w in nw):
-        return False
-    old_names = {m.group(0).lower() for m in _NAME.finditer(old)}
-    return all(
-        m.group(0).lower() in old_names or m.group(0).lower() in STOPWORDS for m in _NAME.finditer(new) if m.start() > 0
-    )
+    ta = statement_tokens(a)
+    return bool(ta) and ta == statement_tokens(b)
 
 
 def pack_times(times: Sequence[float]) -> bytes:

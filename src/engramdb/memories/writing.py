@@ -30,7 +30,7 @@ from engramdb.memories.model import (
     Tombstone,
 )
 from engramdb.memories.runtime import Runtime
-from engramdb.memories.text import content_hash, id_tokens, pack_times, says_nothing_new, speaker_of
+from engramdb.memories.text import content_hash, id_tokens, pack_times, same_statement, speaker_of
 from engramdb.memories.triggers import TRIGGER_KIND, parse_trigger
 from engramdb.observability import otel
 from engramdb.progress import Progress, report
@@ -363,8 +363,8 @@ def _duplicates(
     duplicates}). An item's matches are the visible memories of its type, owner and tenant at or
     above its level (stored, or earlier kept items of the batch) at cosine ≥ `dedup_threshold`: the
     most similar, and those tied with it, at most `DEDUP_MATCHES` (`_options`); it duplicates the
-    first of them (stored ones before items of the batch, older first) that it says nothing new
-    against (`_repeats`)."""
+    first of them (stored ones before items of the batch, older first) whose statement it repeats
+    (`_repeats`)."""
     channel = rt.vectors
     if channel is None:
         return {}, {}
@@ -419,11 +419,11 @@ def _options(stored: list[tuple[int, float]], batch: list[tuple[int, float]]) ->
 
 
 def _repeats(item: dict[str, Any], content: str, entities: Sequence[str]) -> bool:
-    """True when the new `item` says nothing a memory of `content` and `entities` does not: its
-    words, numbers and names are there (`says_nothing_new`), and so is every entity it names
-    (case, white space and punctuation aside) — the same words about another person are another
-    fact."""
-    if not says_nothing_new(item["content"], content):
+    """True when the new `item` repeats a memory of `content` and `entities`: it makes the same
+    statement (`same_statement`: the same words, numbers and order; case, punctuation, articles
+    and contractions aside), and every entity it names is one the memory names (case, white space
+    and punctuation aside) — the same words about another person are another fact."""
+    if not same_statement(item["content"], content):
         return False
     held = {entity_token(e) for e in entities}
     return all(token is None or token in held for token in map(entity_token, item["entities"]))

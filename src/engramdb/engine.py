@@ -70,8 +70,10 @@ class DynamicMemoryEngine:
         synchronous: SQLite's ``synchronous`` setting; ``"NORMAL"`` (default) survives process
             crashes in WAL mode, ``"FULL"`` also power loss.
         secure_delete: SQLite's ``secure_delete``: deleted and overwritten content is zeroed, so
-            `Agent.forget` leaves no copy of the text in the file. ``"FAST"`` (default) in the
-            b-tree pages, at no extra I/O; ``"ON"`` also in pages that become wholly free.
+            `Agent.forget` leaves no copy of the text in the file. ``"ON"`` (default) also zeroes
+            pages that become wholly free (a long text's overflow pages, freed by every rewrite of
+            its row, are reused by other tables before a forget could wipe them); ``"FAST"`` only
+            zeroes within b-tree pages, at no extra I/O, and leaves such copies behind.
         checkpoint_interval: seconds after a commit at which a background thread of this process
             copies the write-ahead log into the database (a PASSIVE checkpoint on its own
             connection: writers and readers never wait for it; a writer checkpoints itself only
@@ -108,7 +110,7 @@ class DynamicMemoryEngine:
         max_result_rows: int = 100_000,
         max_result_bytes: int = 64 * 1024 * 1024,
         synchronous: str = "NORMAL",
-        secure_delete: str = "FAST",
+        secure_delete: str = "ON",
         checkpoint_interval: float = 1.0,
         memory_embedder: Embedder | str | None = "default",
         scoring: ScoringConfig | None = None,

@@ -230,7 +230,7 @@ def test_a_forget_whose_wipe_fails_changes_nothing(
 def test_forget_puts_secure_delete_back_as_it_was(tmp_path: Path) -> None:
     """The forget runs under secure_delete=ON and restores the connection's own setting after,
     also when it fails ("FAST" reads back as 2, and "=2" would set ON)."""
-    with DynamicMemoryEngine(tmp_path / "m.db", memory_embedder=None) as eng:
+    with DynamicMemoryEngine(tmp_path / "m.db", memory_embedder=None, secure_delete="FAST") as eng:
         me = eng.agent("alice")
         raw = eng.backend.store.connection("engine").raw  # type: ignore[attr-defined]
 
@@ -842,8 +842,10 @@ def test_commitments_are_not_deduplicated_and_unfired_intents_are_not_pruned(
 def test_secure_delete_is_fast_or_on_never_off(tmp_path: Path) -> None:
     with DynamicMemoryEngine(tmp_path / "a.db", secure_delete="on") as eng:
         assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 1
-    with DynamicMemoryEngine(tmp_path / "b.db") as eng:  # FAST: SQLite reports 2
+    with DynamicMemoryEngine(tmp_path / "b.db", secure_delete="fast") as eng:  # SQLite reports 2
         assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 2
+    with DynamicMemoryEngine(tmp_path / "d.db") as eng:  # ON by default
+        assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 1
     for bad in ("OFF", "", 1):
         with pytest.raises(ValueError, match='secure_delete must be "FAST" or "ON"'):
             DynamicMemoryEngine(tmp_path / "c.db", secure_delete=bad)  # type: ignore[arg-type]
@@ -980,3 +982,32 @@ def test_an_update_of_the_match_between_lookup_and_write_loses_no_fact(
     got = a.remember(text)
     assert done and got.id != old.id and got.content == text
     assert sorted(m.content for m in a.memories()) == sorted([text, "The canteen serves soup on Tuesdays."])
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("writes_after", [0, 150])
+def test_a_long_memory_recalled_then_forgotten_leaves_no_copy_in_any_file(
+    tmp_path: Path, clock: FixedClock, writes_after: int
+) -> None:
+    """Each recall rewrites a long memory's row; under secure_delete=FAST the overflow pages
+    that frees kept the text, and the recall log took them over as its own pages before the
+    forget's freelist wipe could reach them (26 copies of this text on main). The default is
+    ON, so a page is zeroed when it is freed."""
+    path = tmp_path / "m.db"
+    marker = "Xylomarkerq"
+    with DynamicMemoryEngine(path, clock=clock) as eng:
+        me = eng.agent("alice")
+        for i in range(50):
+            me.remember(f"filler note {i} about the weekly deploy rota", dedup=False)
+        text = " ".join(f"sentence {i} of the long manifest names {marker}{i} here." for i in range(300))
+        assert len(text) >= 13_000
+        m = me.remember(text, title="manifest")
+        for _ in range(3):
+            me.recall("the long manifest")
+            clock.advance(60)
+        me.forget(m.id, reason="secret")
+        for i in range(writes_after):
+            me.remember(f"later note {i} about lunch and the long manifest", dedup=False)
+            me.recall("long manifest lunch")
+            clock.advance(5)
+    assert _files_holding(tmp_path, [marker]) == []

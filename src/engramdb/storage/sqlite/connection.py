@@ -57,7 +57,7 @@ class SqliteSettings:
     synchronous: str = "NORMAL"
     #: FAST zeroes deleted content in the b-tree pages (no extra I/O; measured free at 10k
     #: memories); ON also zeroes pages that become wholly free (~10-25% slower writes here)
-    secure_delete: str = "FAST"
+    secure_delete: str = "ON"
     #: the most rows one scope call (execute / query) may return; `stream` reads past it in batches
     max_result_rows: int = 100_000
     #: the most bytes of text and blobs one scope call may return (counted from its 256th row on)

@@ -55,8 +55,9 @@ class SqliteSettings:
     max_value_bytes: int = 16 * 1024 * 1024
     #: NORMAL is durable across process crashes in WAL mode; FULL also survives power loss
     synchronous: str = "NORMAL"
-    #: FAST zeroes deleted content in the b-tree pages (no extra I/O; measured free at 10k
-    #: memories); ON also zeroes pages that become wholly free (~10-25% slower writes here)
+    #: ON zeroes pages as they become wholly free (a long memory's overflow pages, freed when a
+    #: recall rewrites its row, would otherwise keep the text for other tables to reuse); FAST
+    #: zeroes only deleted content inside b-tree pages
     secure_delete: str = "ON"
     #: the most rows one scope call (execute / query) may return; `stream` reads past it in batches
     max_result_rows: int = 100_000

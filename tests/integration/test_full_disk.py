@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import sqlite3
 import subprocess
@@ -181,3 +182,42 @@ def test_a_full_filesystem_fails_the_call_cleanly(tmp_path: Path, name: str) -> 
         with DynamicMemoryEngine(path, clock=clock, memory_embedder=fake_embedder(64)) as engine:
             assert _counts(path)["engram_memories"] == before["engram_memories"] + 1
             assert engine.agent("alice").recall("space again").hits
+
+
+@pytest.mark.parametrize("when", ["recall", "close"])
+def test_a_full_disk_under_the_side_files_is_logged_and_the_call_succeeds(
+    tmp_path: Path, when: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caches' folder on a filesystem of its own that is full: every side file write fails
+    (faiss's IVF writer among them), and recall and close answer as if there were no cache file."""
+    pytest.importorskip("faiss")
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    from engramdb.retrieval.side_files import side_dir_for
+    from engramdb.vectors.ann import AnnIndex
+
+    path = tmp_path / "memory.db"
+    clock = FixedClock()
+    with _small_filesystem(side_dir_for(path)) as folder:
+        _fill_disk(folder)
+        engine = DynamicMemoryEngine(
+            path,
+            clock=clock,
+            memory_embedder=fake_embedder(32),
+            vector_index=lambda dim: AnnIndex(dim, train_at=64, nlist=8, exact_rows=0),
+        )
+        try:
+            me = engine.agent("alice")
+            me.remember_many([{"content": f"note {i}: the otter crossed the harbour on day {i}"} for i in range(300)])
+            with caplog.at_level(logging.WARNING, "engramdb"):
+                if when == "close":
+                    me.remember("a first write builds the caches without a recall")
+                    engine.close()
+                else:
+                    assert me.recall("otter harbour day 12", k=3).hits
+        finally:
+            engine.close()
+        assert "could not save the vector cache" in caplog.text
+        assert not [p for p in folder.iterdir() if p.suffix in (".npz", ".faiss")]
+    with DynamicMemoryEngine(path, clock=clock, memory_embedder=fake_embedder(32)) as engine:
+        assert engine.agent("alice").recall("otter harbour day 12", k=3).hits

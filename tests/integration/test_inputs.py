@@ -125,6 +125,9 @@ def test_lone_surrogates_are_validation_errors(engine: DynamicMemoryEngine, bad:
         ({"shared": "no"}, "shared must be True or False"),
         ({"shared": 1}, "shared must be True or False"),
         ({"valid_from": float("-inf")}, "valid_from must be epoch seconds"),
+        ({"created_at": 1e20}, "created_at must be epoch seconds from year 1 to 9999"),
+        ({"valid_from": -1e20}, "valid_from must be epoch seconds from year 1 to 9999"),
+        ({"valid_to": 253_402_300_800.0}, "valid_to must be epoch seconds from year 1 to 9999"),
     ],
 )
 def test_bad_times_and_flags_are_refused(engine: DynamicMemoryEngine, fields: dict[str, object], match: str) -> None:
@@ -134,7 +137,7 @@ def test_bad_times_and_flags_are_refused(engine: DynamicMemoryEngine, fields: di
     assert me.memories() == []
 
 
-@pytest.mark.parametrize("as_of", ["yesterday", float("nan"), float("inf"), True, [1.0]])
+@pytest.mark.parametrize("as_of", ["yesterday", float("nan"), float("inf"), True, [1.0], 1e20, -1e300])
 def test_as_of_must_be_a_time(engine: DynamicMemoryEngine, as_of: object) -> None:
     me = engine.agent("alice")
     me.remember("a memory")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -402,3 +406,40 @@ def test_concurrent_due_calls_fire_a_one_shot_intent_once(eng: DynamicMemoryEngi
         t.join()
     assert sorted(results) == [[], [], [], [m.id]]
     assert sum(a.channel is Channel.INJECTED for a in me.accesses(m.id)) == 1
+
+
+# -- time arguments out of range --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("now", [1e15, 1e20, -1e20, 253_402_300_800.0])
+def test_a_clock_past_9999_is_refused_and_changes_no_intent(eng: DynamicMemoryEngine, me: Agent, now: float) -> None:
+    m = intend(me, "Post the stand-up summary", when=START, every=HOUR)
+    before = _counts(eng)
+    for call in (lambda: due(me, now=now), lambda: ride_along(me, "stand-up", now=now)):
+        with pytest.raises(ValidationError, match="now must be epoch seconds from year 1 to 9999"):
+            call()
+    assert _counts(eng) == before
+    assert trigger_of(me.get(m.id, touch=False)) == Trigger.at_time(START, every=HOUR)  # neither moved nor archived
+
+
+@pytest.mark.sqlite_only
+def test_due_far_past_9999_returns_at_once_and_leaves_the_store_open(tmp_path: Path) -> None:
+    """The stepping loop this replaces spun forever at ``now=1e20`` holding the write lock."""
+    path = tmp_path / "memory.db"
+    script = textwrap.dedent(
+        f"""
+        from engramdb import DynamicMemoryEngine, ValidationError
+        from engramdb.testing import FixedClock
+        with DynamicMemoryEngine({str(path)!r}, clock=FixedClock(), memory_embedder=None) as engine:
+            me = engine.agent("alice")
+            me.intend("tick", when={START!r}, every=1)
+            try:
+                me.due(now=1e20)
+            except ValidationError as exc:
+                print(type(exc).__name__)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ValidationError", done.stderr
+    with DynamicMemoryEngine(path, clock=FixedClock(), memory_embedder=None) as engine:
+        assert [m.content for m in engine.agent("alice").memories(types=["intent"])] == ["tick"]

@@ -419,10 +419,20 @@ def check_labels(name: str, values: Iterable[object] | None, limits: Limits = DE
     return tuple(out)
 
 
+#: The instants a time argument may name: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z, the range a
+#: `datetime` can show. Past them a time cannot be printed, and float seconds lose whole periods.
+MIN_TIME = -62_135_596_800.0
+MAX_TIME = 253_402_300_799.0
+
+
 def check_time(name: str, value: object) -> float:
-    """`value` as epoch seconds: a finite number (not a bool), else `ValidationError`."""
+    """`value` as epoch seconds: a finite number (not a bool) from year 1 to 9999, else `ValidationError`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValidationError(f"{name} must be epoch seconds (a finite number), got {value!r}")
+    if not MIN_TIME <= value <= MAX_TIME:
+        raise ValidationError(
+            f"{name} must be epoch seconds from year 1 to 9999 ({MIN_TIME:.0f} to {MAX_TIME:.0f}), got {value!r}"
+        )
     return float(value)
 
 
@@ -432,7 +442,7 @@ def check_validity(valid_from: object, valid_to: object) -> tuple[float | None, 
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise ValidationError(f"{name} must be epoch seconds (a number) or None, got {v!r}")
-        return float(v)
+        return check_time(name, v)
 
     lo, hi = one("valid_from", valid_from), one("valid_to", valid_to)
     if lo is not None and hi is not None and hi < lo:

@@ -42,14 +42,13 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, overload
 
 from engramdb.errors import ValidationError
 from engramdb.memories import reading, writing
-from engramdb.memories.model import Channel, Memory, MemoryRef, MemoryType, TodoStatus
+from engramdb.memories.model import Channel, Memory, MemoryRef, MemoryType, TodoStatus, check_time
 from engramdb.memories.runtime import Acting
 from engramdb.memories.triggers import (
     TRIGGER_KIND,
@@ -152,9 +151,7 @@ def intend(
 
 
 def _check_now(now: object) -> float:
-    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
-        raise ValidationError(f"now must be epoch seconds (a number), got {now!r}")
-    return float(now)
+    return check_time("now", now)
 
 
 def _fire(

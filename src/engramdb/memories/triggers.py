@@ -27,21 +27,20 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from engramdb.errors import ValidationError
-from engramdb.memories.model import Memory, MemoryRef
+from engramdb.memories.model import MAX_TIME, Memory, MemoryRef, check_time
 
 #: the `MemoryRef.kind` that holds an intent's trigger
 TRIGGER_KIND = "trigger"
 
 TriggerKind = Literal["time", "event", "cue"]
 
-_MAX_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z: the last instant a datetime can show
 _MIN_EVERY, _MAX_EVERY = 1.0, 100 * 366 * 86_400.0
 _MAX_NAME = 200
 _SPEC = re.compile(
     r"(?:(?P<repeat>repeat)\s+|every\s+(?P<every>\S+)\s+)?(?P<kind>time|event|cue):(?P<value>.*)",
     re.IGNORECASE | re.DOTALL,
 )
-_EPOCH = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_EPOCH = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")  # repr() of a tiny time has an exponent
 _WS = re.compile(r"\s+")
 _WORD = re.compile(r"\w")
 _SPEC_HELP = (
@@ -109,7 +108,7 @@ def parse_time(value: object) -> float:
         raise ValidationError(
             f"a trigger time must be epoch seconds, a datetime or ISO-8601 text, got {type(value).__name__}"
         )
-    if not math.isfinite(t) or not 0 <= t <= _MAX_TIME:
+    if not math.isfinite(t) or not 0 <= t <= MAX_TIME:
         raise ValidationError(f"a trigger time must be between 1970 and 9999, got {value!r}")
     return t
 
@@ -218,17 +217,27 @@ class Trigger:
         return text is not None and _phrase_pattern(self.value).search(text) is not None
 
     def next_after(self, now: float) -> Trigger:
-        """A periodic time trigger moved to its first firing time after `now` (itself if not periodic)."""
+        """A periodic time trigger moved to its first firing time after `now` (itself if not periodic).
+
+        Closed form, no stepping: ``at + k·every`` for the least whole ``k`` that lands after `now`.
+        `ValidationError` if `now` is not a time (see `engramdb.memories.model.check_time`) or the
+        next firing would fall after 9999, where no later period exists.
+        """
+        now = check_time("now", now)
         if self.every is None:
             return self
         at = float(self.value)
         if at > now:
             return self
-        steps = math.floor((now - at) / self.every) + 1
-        nxt = at + steps * self.every
-        while nxt <= now:  # float rounding
-            nxt += self.every
-        return replace(self, value=_num(nxt))
+        # The float quotient can round across a whole number either way, so the answer is one of
+        # three neighbours; a period of at least a second is far above the spacing of floats
+        # anywhere in the time range, so one of them is always past `now`.
+        k = math.floor((now - at) / self.every)
+        for j in (k, k + 1, k + 2):
+            nxt = at + j * self.every
+            if nxt > now:
+                return replace(self, value=_num(nxt))
+        raise ValidationError(f"the period {self.every!r} s is too short to move past {now!r}")
 
 
 def _flag(repeat: object) -> bool:

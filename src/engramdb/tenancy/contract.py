@@ -215,10 +215,8 @@ class MemoryQuery:
             object.__setattr__(self, "agent_prefix", prefix)
         if self.max_confidentiality is not None:
             object.__setattr__(self, "max_confidentiality", check_level(self.max_confidentiality))
-        if self.as_of is not None and (
-            isinstance(self.as_of, bool) or not isinstance(self.as_of, (int, float)) or not math.isfinite(self.as_of)
-        ):
-            raise ValidationError(f"as_of must be epoch seconds or None, got {self.as_of!r}")
+        if self.as_of is not None:
+            object.__setattr__(self, "as_of", mm.check_time("as_of", self.as_of))
         try:
             channel = Channel(self.channel)
         except ValueError:

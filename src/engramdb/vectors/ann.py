@@ -818,11 +818,21 @@ class AnnIndex(ExactIndex):
         return out
 
     def write_ivf(self, path: str | os.PathLike[str]) -> None:
-        """Write the IVF alone to `path` (faiss's own format; see `to_arrays`). ValueError when untrained."""
+        """Write the IVF alone to `path` (faiss's own format; see `to_arrays`).
+
+        Raises:
+            ValueError: the index is untrained.
+            OSError: the file could not be written (a full disk, no permission).
+        """
         if self._ivf is None:
             raise ValueError("the index has no IVF to write (it is below train_at)")
         self._flush()
-        self._faiss.write_index(self._ivf, os.fspath(path))
+        try:
+            self._faiss.write_index(self._ivf, os.fspath(path))
+        except RuntimeError as exc:
+            # faiss reports every failed write (ENOSPC included) as a bare RuntimeError; callers
+            # treat a side file they cannot write as any other I/O failure.
+            raise OSError(f"faiss could not write {os.fspath(path)}: {exc}") from exc
 
     @classmethod
     def from_arrays(

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 import pytest
@@ -252,3 +253,32 @@ def test_memory_text_is_data_never_markup(client: TestClient, store: Store) -> N
     # inside the page's JSON data block, no closing tag can end the block early
     data = client.get("/recall?q=pasted+from+a+chat+alert").text.split('id="page-data">', 1)[1].split("</script>")[0]
     assert "alert(1)" in data and "<" not in data
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "//evil.example/",
+        "///evil.example/x",
+        "/\\evil.example/",
+        "/%2F%2Fevil.example/",
+        "/%2F/evil.example/",
+        "/%5Cevil.example/",
+        "/%5C%5Cevil.example/",
+        "/%09/evil.example/",
+        "/%0A/evil.example/",
+        "/https://evil.example/",
+    ],
+)
+def test_the_token_redirect_stays_on_this_server(engine: DynamicMemoryEngine, path: str) -> None:
+    """The redirect that takes the token out of the address keeps the path: a path that a browser
+    reads as another host (`//evil.example/`, a backslash, a tab) was an open redirect."""
+    inspector = create_app(viewer(engine))
+    with TestClient(inspector.app, base_url=BASE, follow_redirects=False) as c:
+        r = c.get(f"{path}?token={inspector.token}&q=1")
+    assert r.status_code == 303
+    location = r.headers["location"]
+    assert location.startswith("/") and not location.startswith("//")
+    assert not any(ch in location for ch in "\\\t\n\r")
+    assert urlsplit(urljoin(BASE + "/", location)).netloc == urlsplit(BASE).netloc
+    assert location.endswith("?q=1")

@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -50,6 +50,13 @@ def cookie_name(token: str) -> str:
     return "engramdb_inspector_" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
+def same_origin_path(path: str) -> str:
+    """`path` as a redirect target that can only name this server: percent-encoded (a backslash,
+    tab or newline, which browsers fold into a slash or drop, cannot survive as one) and with one
+    leading slash ("//evil.example/" would be another host to a browser)."""
+    return "/" + quote(path, safe="/:@!$&'()*+,;=-._~").lstrip("/")
+
+
 class _Guard(BaseHTTPMiddleware):
     """The token check in front of every route, and the security headers on every answer."""
 
@@ -67,7 +74,7 @@ class _Guard(BaseHTTPMiddleware):
         elif "token" in request.query_params:
             if self._ok(request.query_params["token"]):
                 rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-                target = request.url.path + ("?" + urlencode(rest) if rest else "")
+                target = same_origin_path(request.url.path) + ("?" + urlencode(rest) if rest else "")
                 response = RedirectResponse(target, status_code=303)
                 response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
             else:

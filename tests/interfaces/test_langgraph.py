@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engramdb import Confidentiality, DynamicMemoryEngine
+from engramdb import Confidentiality, DynamicMemoryEngine, ValidationError
 from engramdb.testing import fake_embedder
 
 pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
@@ -119,3 +119,19 @@ def test_namespaces_map_to_distinct_agents_of_one_tenant(store: EngramStore) -> 
 def test_bad_table_names_are_refused(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
     with pytest.raises(ValueError, match="shared_<name>"):
         EngramStore(make_engine(), table="private_x_items")
+
+
+@pytest.mark.parametrize("value", [[], ["a"], "text", 3, (1, 2), {"n": float("nan")}, {"f": object()}, {(1, 2): "x"}])
+def test_a_value_that_is_not_a_json_object_is_refused_and_changes_nothing(store: EngramStore, value: Any) -> None:
+    """A put's value is a dict (a JSON object) by the store contract: anything else was stored as a
+    dict (`[]`) or raised the TypeError / ValueError of `dict()` or `json.dumps` from inside."""
+    from langgraph.store.base import PutOp
+
+    store.put(("users", "u1"), "kept", {"text": "the original value"})
+    with pytest.raises(ValidationError, match="LangGraph store value"):
+        store.put(("users", "u1"), "kept", value)
+    with pytest.raises(ValidationError, match="LangGraph store value"):  # a batch is checked before it runs
+        store.batch([PutOp(("users", "u1"), "other", {"text": "x"}), PutOp(("users", "u1"), "bad", value)])
+    item = store.get(("users", "u1"), "kept")
+    assert item is not None and item.value == {"text": "the original value"}
+    assert store.get(("users", "u1"), "other") is None and store.get(("users", "u1"), "bad") is None

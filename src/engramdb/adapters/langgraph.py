@@ -147,6 +147,23 @@ def _condition(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
     return all(p == "*" or k == p for k, p in pairs)
 
 
+def _value_json(value: object) -> str:
+    """A put's value as stored (JSON text); `ValidationError` unless it is a JSON object, as the
+    store contract types it (``dict[str, Any]``), with text keys and JSON values throughout."""
+    if not isinstance(value, Mapping):
+        raise ValidationError(
+            f"a LangGraph store value must be a dict (a JSON object), got {type(value).__name__}: "
+            "wrap it, e.g. {'value': ...}"
+        )
+    try:
+        return json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"a LangGraph store value must hold only JSON values (text keys; str, numbers, bools, None, "
+            f"lists and dicts; no NaN or infinity): {exc}"
+        ) from None
+
+
 class EngramStore(BaseStore):
     """A LangGraph store whose items are engramdb memories of one tenant (see the module docstring).
 
@@ -202,6 +219,11 @@ class EngramStore(BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run `ops` in order; one result per op (None for a put)."""
+        ops = list(ops)
+        # Every value is checked before any op runs: a bad one changes nothing.
+        for op in ops:
+            if isinstance(op, PutOp) and op.value is not None:
+                _value_json(op.value)
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):
@@ -253,6 +275,7 @@ class EngramStore(BaseStore):
                 self._forget(agent, old_mid)
                 self._scope.execute(f"DELETE FROM {self._table} WHERE ns = ? AND key = ?", (_ns_text(ns), key))  # noqa: S608 - a checked table name
             return
+        encoded = _value_json(op.value)
         value = dict(op.value)
         index = self._index if op.index is None else (None if op.index is False else list(op.index))
         text = "" if op.index is False else _text(value, index)
@@ -263,7 +286,7 @@ class EngramStore(BaseStore):
             f"VALUES (?, ?, ?, ?, ?, ?, (SELECT coalesce(max(seq), 0) + 1 FROM {self._table})) "
             "ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, memory_id = excluded.memory_id, "
             "updated_at = excluded.updated_at",
-            (_ns_text(ns), key, json.dumps(value, ensure_ascii=False), mid, now, now),
+            (_ns_text(ns), key, encoded, mid, now, now),
         )
 
     def _forget(self, agent: Agent, memory_id: str | None) -> None:

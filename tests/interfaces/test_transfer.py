@@ -183,3 +183,36 @@ def test_reembed_gives_vectors_to_a_store_written_without(
     assert seen == [("embed", 0, 3), ("embed", 3, 3)]
     assert me.reembed() == 0 and me.reembed(missing_only=False) == 3
     assert me.recall("deploy key rotation", k=1)[0].source in ("vector", "both")
+
+
+@pytest.mark.parametrize(
+    ("record", "says"),
+    [
+        ({"kind": "tombstone", "content_hash": "ab" * 16}, "missing field 'memory_id'"),
+        ({"kind": "tombstone", "memory_id": "alice:1"}, "missing field 'content_hash'"),
+        (
+            {"kind": "memory", "id": "alice:1", "content": "x", "confidentiality": "topsecret"},
+            "unknown confidentiality",
+        ),
+        ({"kind": "memory", "id": "alice:1", "content": "x", "created_at": "yesterday"}, "not a valid export record"),
+        ({"kind": "memory", "id": "alice:1", "content": "x", "recent_accesses": ["soon"]}, "not a valid export record"),
+        ({"kind": "memory", "id": "alice:1", "content": "x", "strength": "lots"}, "not a valid export record"),
+        ({"kind": "tombstone", "memory_id": "alice:1", "content_hash": "x", "forgotten_at": "then"}, "alice:1"),
+    ],
+)
+def test_a_malformed_record_is_a_validation_error_naming_it_and_imports_nothing_of_it(
+    make_engine: Callable[..., DynamicMemoryEngine], record: dict[str, Any], says: str
+) -> None:
+    """`KeyError: 'memory_id'` and the `ValueError`s of int()/float() left import_records."""
+    me = make_engine(memory_embedder=None).agent("alice")
+    with pytest.raises(ValidationError, match=says):
+        me.import_records([record])
+    assert me.memories(include_archived=True) == []
+
+
+def test_a_confidentiality_may_be_given_by_its_name(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    me = make_engine(memory_embedder=None).agent("alice")
+    me.import_records(
+        [{"kind": "memory", "id": "alice:1", "content": "the vendor list", "confidentiality": "internal"}]
+    )
+    assert me.get("alice:1", touch=False).confidentiality is Confidentiality.INTERNAL

@@ -28,10 +28,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from engramdb.errors import ValidationError
 from engramdb.memories import model as mm
@@ -43,6 +43,8 @@ from engramdb.progress import Progress, report
 from engramdb.retrieval.budget import approx_tokens
 from engramdb.retrieval.keywords import cue_terms
 from engramdb.storage.ports import NewMemory, Restored
+
+_T = TypeVar("_T")
 
 FORMAT = "engramdb-export"
 VERSION = 1
@@ -177,6 +179,27 @@ def import_jsonl(
     return import_records(agent, read_jsonl(source), progress=progress, total=total)
 
 
+def _level(value: object, what: str) -> Confidentiality:
+    """A record's confidentiality: 0–3 or a level's name ("internal"), else `ValidationError`."""
+    if isinstance(value, str):
+        try:
+            return Confidentiality[value.strip().upper()]
+        except KeyError:
+            names = ", ".join(c.name.lower() for c in Confidentiality)
+            raise ValidationError(f"{what}: unknown confidentiality {value!r}; use 0–3 or one of {names}") from None
+    return check_level(value)
+
+
+def _checked(what: str, build: Callable[[], _T]) -> _T:
+    """`build()`, with a field of the wrong type or form reported as a `ValidationError` naming
+    the record, instead of the `KeyError` / `TypeError` / `ValueError` of the conversion."""
+    try:
+        return build()
+    except (KeyError, TypeError, ValueError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValidationError(f"{what} is not a valid export record ({detail}); nothing of it was imported") from None
+
+
 def _memory(
     who: Principal, r: Mapping[str, Any], limits: mm.Limits = mm.DEFAULT_LIMITS
 ) -> tuple[NewMemory, Restored, list[MemoryVersion]]:
@@ -192,7 +215,7 @@ def _memory(
         raise ValidationError(
             f"memory {mid} belongs to agent {owner!r}; import it as that agent (this import acts as {who.agent_id})"
         )
-    level = check_level(int(r.get("confidentiality", 0)))
+    level = _level(r.get("confidentiality", 0), f"memory {mid}")
     if level > who.cap:
         raise ValidationError(
             f"memory {mid} is {level.name}, above this handle's cap {who.cap.name}; import with a higher cap"
@@ -255,7 +278,13 @@ class _Importer:
         if not records:
             return
         rt, who, store = self.rt, self.who, self.rt.store
-        parsed = [_memory(who, {k: v for k, v in r.items() if k not in ("kind", "edges")}, rt.limits) for r in records]
+        parsed = [
+            _checked(
+                f"memory record {r.get('id')!r}",
+                lambda r=r: _memory(who, {k: v for k, v in r.items() if k not in ("kind", "edges")}, rt.limits),  # type: ignore[misc]
+            )
+            for r in records
+        ]
         fresh = [p for p in parsed if store.memories.key_of(who.tenant, p[0].memory.id) is None]
         self.counts["memories_present"] += len(parsed) - len(fresh)
         stones = store.tombstones.find(
@@ -316,12 +345,13 @@ class _Importer:
             raise ValidationError(
                 f"tombstone of {record.get('memory_id')!r} belongs to agent {owner!r}; import as that agent"
             )
-        stone = Tombstone(
+        what = f"tombstone record {record.get('memory_id')!r}"
+        stone = _checked(what, lambda: Tombstone(
             memory_id=str(record["memory_id"]), tenant=who.tenant, owner=owner, content_hash=str(record["content_hash"]),
             forgotten_by=str(record.get("forgotten_by", "")), forgotten_at=float(record.get("forgotten_at", 0.0)),
             reason=str(record.get("reason", "")),
-            confidentiality=check_level(record.get("confidentiality", int(Confidentiality.RESTRICTED))),
-        )  # fmt: skip
+            confidentiality=_level(record.get("confidentiality", int(Confidentiality.RESTRICTED)), what),
+        ))  # fmt: skip
         if stone.confidentiality > who.cap:
             raise ValidationError(
                 f"tombstone of {stone.memory_id!r} is {stone.confidentiality.name}, above this handle's cap "

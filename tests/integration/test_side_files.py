@@ -317,3 +317,62 @@ def test_a_file_saved_with_new_terms_in_its_delta_is_adopted(
         assert answers(engine) == expected
         assert lexical(engine).restored
         assert "zeppelin" in engine.agent("alice").search("zeppelin hangar", k=1)[0].memory.content
+
+
+def test_fast_sum_sees_reordered_words() -> None:
+    """A word sum and xor did not change when an array's words were reordered."""
+    a = np.arange(1, 1001, dtype=np.float64)
+    assert fast_sum(a) != fast_sum(a[::-1].copy())
+    assert fast_sum(a.view(np.uint8)) == fast_sum(a)
+
+
+@pytest.mark.parametrize("target", ["lexical.npz", "vectors"])
+def test_a_reversed_array_with_its_stamp_kept_is_refused(
+    db: Path, clock: FixedClock, tmp_path: Path, target: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every array of the side file read back, one 8-byte array reversed, the stamp kept as it
+    was: the old word-sum check adopted it (and an answer changed); it must be refused."""
+    from engramdb.vectors.npz import StoredArrays
+
+    expected = from_database(db, clock, tmp_path)
+    folder = side_dir_for(db)
+    (path,) = [folder / "lexical.npz"] if target == "lexical.npz" else folder.glob("vectors-*.npz")
+    with path.open("rb") as fh:
+        stored = StoredArrays(fh)
+        arrays = {name: np.array(stored[name]) for name in stored}
+    name = next(
+        n for n, a in arrays.items() if n != "stamp" and a.dtype.itemsize == 8 and a.ndim == 1 and len(np.unique(a)) > 1
+    )
+    arrays[name] = arrays[name][::-1].copy()
+    write_arrays(path, arrays)
+    with open_engine(db, clock) as engine, caplog.at_level(logging.DEBUG, "engramdb.retrieval"):
+        assert answers(engine) == expected
+        assert not (lexical(engine).restored if target == "lexical.npz" else engine.vectors.restored)  # type: ignore[union-attr]
+    assert "damaged" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["symlink to /dev/zero", "fifo", "directory"])
+def test_a_side_file_that_is_not_a_regular_file_is_never_read(
+    db: Path, clock: FixedClock, tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A symlink to /dev/zero in place of a side file was read without bound (a process grew to
+    19 GB); a FIFO blocked the open. Both files of both channels are replaced here."""
+    import os
+    import resource
+
+    expected = from_database(db, clock, tmp_path)
+    folder = side_dir_for(db)
+    for path in [folder / "lexical.npz", *folder.glob("vectors-*.npz"), *folder.glob("vectors-*.faiss")]:
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "directory":
+            path.mkdir()
+        else:
+            path.symlink_to("/dev/zero")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open_engine(db, clock) as engine, caplog.at_level(logging.DEBUG, "engramdb.retrieval"):
+        assert answers(engine) == expected
+        assert not lexical(engine).restored and engine.vectors is not None and not engine.vectors.restored
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB: nothing near the 19 GB
+    assert "not a regular file" in caplog.text or "regular file" in caplog.text

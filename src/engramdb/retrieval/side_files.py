@@ -19,9 +19,13 @@ PostgreSQL stores never keep side files.
 - ``tip``: (key, changed, digest) of the most recently changed rows at or before ``change``; the
   database must agree on each of them that has not changed since (`tip_fits`), so a backup
   restored and written to since (same identity, reused sequence numbers, other contents) is refused;
-- ``sums``: a 64-bit word sum and xor of every array (and of the ``.faiss`` file), so a truncated
-  or damaged file is refused (a checksum against damage, not a signature: the folder is as trusted
-  as the database beside it, and gets its permission bits).
+- ``sums``: the length and CRC-32 of every array (and of the ``.faiss`` file), so a truncated,
+  damaged or reordered file is refused (a checksum against damage, not a signature: the folder is
+  as trusted as the database beside it, and gets its permission bits). A word sum and xor, before
+  format 3, did not change when the words were reordered: a reversed array was adopted.
+
+Only regular files are read (opened without following a symlink, checked on the open
+descriptor): a symlink to ``/dev/zero`` or a FIFO in the folder is refused, never read without end.
 
 Writes are atomic (a temporary file, then one rename: see `engramdb.vectors.npz.write_arrays`);
 readers refuse anything that does not fit, and the caller then loads from the database.
@@ -33,10 +37,12 @@ import contextlib
 import functools
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
 import re
 import stat
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +54,7 @@ from engramdb.vectors.npz import StoredArrays, with_room, write_arrays
 
 __all__ = ["with_room"]  # re-exported: callers of read_side_file adopt its buffers with it
 
-FORMAT = 2
+FORMAT = 3
 SUFFIX = ".engramdb-index"
 #: rows of the tip kept in a stamp
 TIP_ROWS = 32
@@ -97,9 +103,9 @@ def prefetch(folder: Path) -> None:
     if advise is None or not folder.is_dir():
         return
     for p in folder.iterdir():
-        if p.suffix in (".npz", ".faiss"):
+        if p.suffix in (".npz", ".faiss") and p.is_file() and not p.is_symlink():
             with contextlib.suppress(OSError):
-                fd = os.open(p, os.O_RDONLY)
+                fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
                 try:
                     advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
                 finally:
@@ -107,46 +113,49 @@ def prefetch(folder: Path) -> None:
 
 
 def fast_sum(data: npt.NDArray[Any] | bytes | memoryview) -> str:
-    """Length, 64-bit word sum and xor of `data`'s bytes: ~4 GB/s (crc32 here: ~0.4 GB/s)."""
+    """Length and CRC-32 of `data`'s bytes: order-dependent (a reordered array sums otherwise)."""
     raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else _bytes_of(data)
-    return _fold(*_partial(raw), len(raw))
+    return f"{len(raw)}:{zlib.crc32(raw.data):08x}"
 
 
 def _bytes_of(a: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
     return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
-def _partial(raw: npt.NDArray[np.uint8]) -> tuple[int, int]:
-    whole = len(raw) // 8 * 8
-    words = raw[:whole].view(np.uint64)
-    total = int(words.sum(dtype=np.uint64)) if len(words) else 0
-    xor = int(np.bitwise_xor.reduce(words)) if len(words) else 0
-    if whole < len(raw):
-        tail = np.zeros(8, dtype=np.uint8)
-        tail[: len(raw) - whole] = raw[whole:]
-        t = int(tail.view(np.uint64)[0])
-        total, xor = (total + t) & (2**64 - 1), xor ^ t
-    return total, xor
-
-
-def _fold(total: int, xor: int, length: int) -> str:
-    return f"{length}:{total:016x}:{xor:016x}"
+def open_regular(path: Path) -> io.BufferedReader:
+    """`path` opened for reading if it is a regular file: not followed if it is a symlink, and
+    checked on the open descriptor (so it cannot be swapped between check and read); a FIFO is
+    opened without blocking and refused. `ValueError` for anything else."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise ValueError(f"{path.name} cannot be opened as a regular file ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def file_sum(path: Path, block: int = 1 << 24) -> str:
-    """`fast_sum` of a file's bytes, read in blocks (no copy of a large file in memory)."""
-    total = xor = length = 0
+    """`fast_sum` of a regular file's bytes, read in blocks (no copy of a large file in memory)."""
+    crc = length = 0
     buf = np.empty(block, dtype=np.uint8)
-    with path.open("rb") as fh:
+    with open_regular(path) as fh:
         while True:
             got = fh.readinto(buf.data)
             if not got:
                 break
-            if got % 8 and length % 8:  # only the last block may be short
-                raise ValueError("unaligned read")
-            t, x = _partial(buf[:got])
-            total, xor, length = (total + t) & (2**64 - 1), xor ^ x, length + got
-    return _fold(total, xor, length)
+            crc = zlib.crc32(buf[:got].data, crc)
+            length += got
+    return f"{length}:{crc:08x}"
 
 
 def digest(payload: bytes) -> str:
@@ -217,7 +226,7 @@ def read_side_file(
         Exception: whatever else a damaged file makes json or numpy raise; callers treat any
             exception as "no usable side file".
     """
-    with path.open("rb") as fh:
+    with open_regular(path) as fh:
         npz = StoredArrays(fh, verify=False)  # `sums` below check every byte, ten times faster
         meta = json.loads(bytes(np.asarray(npz["stamp"], dtype=np.uint8)).decode("utf-8"))
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("kind") != kind:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import io
+import math
 import os
 import tempfile
 import time
@@ -92,6 +93,8 @@ class StoredArrays(Mapping[str, npt.NDArray[Any]]):
     def __init__(self, fh: io.BufferedIOBase, *, verify: bool = True) -> None:
         self._fh = fh
         self._verify = verify
+        self._size = fh.seek(0, io.SEEK_END)
+        fh.seek(0)
         try:
             with zipfile.ZipFile(fh) as zf:
                 infos = zf.infolist()
@@ -127,11 +130,16 @@ class StoredArrays(Mapping[str, npt.NDArray[Any]]):
         if fortran or dtype.hasobject:
             raise ValueError(f"array {name!r} is Fortran-ordered or holds objects")
         header = fh.tell() - start
+        # The sizes a damaged or hostile file states are checked before any memory is taken for
+        # them: the array's bytes must be the member's, and lie inside the file.
+        nbytes = math.prod(int(d) for d in shape) * dtype.itemsize
+        if header + nbytes != info.file_size:
+            raise ValueError(f"array {name!r} takes {info.file_size} bytes, its header says {header + nbytes}")
+        if start + header + nbytes > self._size:
+            raise ValueError(f"array {name!r} runs past the end of the file")
         extra = spare(shape[0]) if spare is not None and len(shape) else 0
         room = np.empty((shape[0] + extra, *shape[1:]) if extra else shape, dtype=dtype)
         out = room[: shape[0]] if extra else room
-        if header + out.nbytes != info.file_size:
-            raise ValueError(f"array {name!r} takes {info.file_size} bytes, its header says {header + out.nbytes}")
         buf = out.reshape(-1).data.cast("B")
         done = 0
         while done < len(buf):

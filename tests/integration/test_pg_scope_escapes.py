@@ -1132,3 +1132,135 @@ def test_the_derived_password_is_the_role_password(world: World) -> None:
     client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
     assert base64.b64encode(hashlib.sha256(client_key).digest()).decode() == stored_key
     assert base64.b64encode(hmac.new(salted, b"Server Key", hashlib.sha256).digest()).decode() == server_key
+
+
+# -- what a role may change about itself, past the classifier ---------------------------------------
+
+#: run straight as the default tenant's shared role; the server must refuse each (42501; a rename
+#: of the session user is 0A000)
+SELF_REFUSED = [
+    ("drop-owned", "DROP OWNED BY CURRENT_USER"),
+    ("reassign-owned", "REASSIGN OWNED BY CURRENT_USER TO {role_ab}"),
+    ("valid-until", "ALTER ROLE CURRENT_USER VALID UNTIL '2000-01-01'"),
+    ("connection-limit", "ALTER ROLE CURRENT_USER CONNECTION LIMIT 0"),
+    ("rename", 'ALTER ROLE "{role_s}" RENAME TO "{role_s}x"'),
+    ("stat-tuples-inserted", "SELECT pg_stat_get_tuples_inserted({oid_ab})"),
+    ("stat-live-tuples", "SELECT pg_stat_get_live_tuples({oid_ab})"),
+    ("total-relation-size", "SELECT pg_total_relation_size({oid_ab})"),
+    ("relation-size", "SELECT pg_relation_size({oid_ab})"),
+    ("table-size", "SELECT pg_table_size({oid_ab})"),
+    ("database-size", "SELECT pg_database_size(current_database())"),
+]
+
+
+@pytest.mark.parametrize("sql", [c[1] for c in SELF_REFUSED], ids=[c[0] for c in SELF_REFUSED])
+def test_server_refuses_self_harm_directly(world: World, raw: psycopg.Connection[Any], sql: str) -> None:
+    with psycopg.connect(world.url) as c:
+        oid = c.execute("SELECT %s::regclass::oid", (f"{world.schema(AB)}.private_ab_t",)).fetchone()
+    assert oid is not None
+    # by oid: a regclass cast of a foreign name is refused already (it needs USAGE on the schema)
+    sql = sql.replace("{role_s}", world.where[("default", S)].role).replace("{oid_ab}", str(oid[0]))
+    sql = _fill(world, sql)
+    before = world.snap()
+    with pytest.raises(psycopg.Error) as info:
+        raw.execute(sql)  # type: ignore[call-overload]
+    assert info.value.sqlstate in ("42501", "0A000"), f"{sql!r}: {info.value.sqlstate} {info.value}"
+    assert world.snap() == before
+    with pytest.raises((ScopeViolation, ForbiddenDDLError, InvalidStatement)):
+        world.scope(S).execute(sql)
+    assert world.snap() == before
+
+
+#: what PostgreSQL lets any role do to itself: through the scope these are refused, and when they
+#: reach the server past the classifier, the engine's command-tag check rolls them back
+SELF_CHANGES = [
+    ("password", "ALTER ROLE CURRENT_USER PASSWORD 'locked-out'"),
+    ("read-only", "ALTER ROLE CURRENT_USER SET default_transaction_read_only = on"),
+    ("timeout", "ALTER ROLE CURRENT_USER SET statement_timeout = 1"),
+    ("search-path", "ALTER ROLE CURRENT_USER SET search_path = public"),
+    ("in-database", "ALTER ROLE CURRENT_USER IN DATABASE {db} SET default_transaction_read_only = on"),
+    ("conforming-strings", "ALTER ROLE CURRENT_USER SET standard_conforming_strings = off"),
+    ("drop-owned", "DROP OWNED BY CURRENT_USER"),
+    ("reassign-owned-self", "REASSIGN OWNED BY CURRENT_USER TO CURRENT_USER"),
+]
+
+
+def _db(world: World) -> str:
+    with psycopg.connect(world.url) as c:
+        return q(str(c.execute("SELECT current_database()").fetchone()[0]))  # type: ignore[index]
+
+
+@pytest.mark.parametrize("sql", [c[1] for c in SELF_CHANGES], ids=[c[0] for c in SELF_CHANGES])
+def test_self_changes_past_the_classifier_are_rolled_back(
+    world: World, monkeypatch: pytest.MonkeyPatch, sql: str
+) -> None:
+    from engramdb.scopes.classify import Kind, Statement
+    from engramdb.storage.postgres import scope as scope_module
+
+    sql = sql.replace("{db}", _db(world))
+    shared = world.scope(S)
+    before = world.snap()
+    with pytest.raises((ScopeViolation, ForbiddenDDLError, InvalidStatement)):
+        shared.execute(sql)
+    assert world.snap() == before
+    # a classifier that calls it an INSERT: the server's command tag says otherwise
+    monkeypatch.setattr(scope_module, "classify", lambda _sql: Statement(Kind.WRITE))
+    monkeypatch.setattr(scope_module, "lexers_agree", lambda _sql: True)
+    for nested in (False, True):
+        if nested:
+            shared.begin()
+        with pytest.raises(ScopeViolation):  # the tag check's, or the server's own (DROP OWNED)
+            shared.execute(sql)
+        if nested:
+            shared.commit()
+        assert world.snap() == before, sql
+
+
+@pytest.mark.parametrize("sql", [c[1] for c in SELF_CHANGES[:6]], ids=[c[0] for c in SELF_CHANGES[:6]])
+def test_self_changes_straight_at_the_server_do_not_reach_the_engine(world: World, sql: str) -> None:
+    """PostgreSQL lets the role commit these; the next connection of a scope restores the role
+    before it runs anything, so no engine session runs with them and the role is as provisioned."""
+    sql = sql.replace("{db}", _db(world))
+    before = world.snap()
+    where = world.where[("default", S)]
+    with psycopg.connect(where.conninfo, autocommit=True) as c:
+        c.execute(sql)  # type: ignore[call-overload]
+    scope = make_scope(world.url, S)  # a new pool: a new session of the role
+    try:
+        scope.execute("INSERT INTO shared_notes (content) VALUES ('after')")
+        assert scope.query("SELECT current_setting('default_transaction_read_only'), current_schema()") == [
+            ("off", where.schema)
+        ]
+        scope.execute("DELETE FROM shared_notes WHERE content = 'after'")
+    finally:
+        scope.close()
+    assert world.snap() == before
+    with psycopg.connect(world.url) as c:
+        row = c.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (where.role,)).fetchone()
+    from psycopg.conninfo import conninfo_to_dict
+
+    assert row is not None and roles.scram_matches(str(row[0]), str(conninfo_to_dict(where.conninfo)["password"]))
+
+
+def test_a_session_of_a_tampered_role_is_replaced(world: World) -> None:
+    """A setting committed while a pool is open reaches the pool's next new session: that one is
+    closed, the role restored, and a clean one opened in its place."""
+    scope = make_scope(world.url, S, max_connections=2)
+    try:
+        where = world.where[("default", S)]
+        with psycopg.connect(where.conninfo, autocommit=True) as c:
+            c.execute("ALTER ROLE CURRENT_USER SET default_transaction_read_only = on")
+        scope.begin()  # holds the first connection: the next call needs a new one
+        try:
+            scope.execute("INSERT INTO shared_notes (content) VALUES ('tx')")
+            with scope._pool.connection() as conn:  # a new session of the pool
+                assert conn.execute("SHOW default_transaction_read_only").fetchone() == ("off",)
+        finally:
+            scope.rollback()
+    finally:
+        scope.close()
+    with psycopg.connect(world.url) as c:
+        assert c.execute(
+            "SELECT setconfig FROM pg_db_role_setting WHERE setrole = %s::regrole ORDER BY setdatabase",
+            (world.where[("default", S)].role,),
+        ).fetchall() == [([f"search_path={world.where[('default', S)].schema}"],)]

@@ -23,6 +23,7 @@ needs a superuser for the parts that change objects of ``pg_catalog`` (see `HARD
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -135,6 +136,38 @@ REVOKED_FUNCTIONS = (
     "pg_filenode_relation",
     "pg_terminate_backend",
     "pg_cancel_backend",
+    # sizes by oid or name move with another scope's writes (how much it stored, and when)
+    "pg_relation_size",
+    "pg_total_relation_size",
+    "pg_table_size",
+    "pg_indexes_size",
+    "pg_database_size",
+    "pg_tablespace_size",
+    "pg_stat_have_stats",
+)
+
+#: Every function whose name starts with one of these is revoked too: the ``pg_stat_get_*`` family
+#: reads the statistics collector by oid (tuples inserted, scans, blocks, vacuum times) without a
+#: privilege check, so it counts what another scope writes to tables the caller may not read.
+REVOKED_PREFIXES = ("pg_stat_get_",)
+
+#: The name of the event trigger that refuses ``DROP OWNED`` to scope roles (see `GUARD`).
+GUARD_TRIGGER = "engram_scope_guard"
+
+#: ``DROP OWNED BY CURRENT_USER`` needs no privilege beyond being the role, and would drop every
+#: table of the scope; an event trigger is the one place the server lets a database refuse it.
+#: (``REASSIGN OWNED`` needs membership in the receiving role, which a scope role never has, so the
+#: server refuses it already; role commands fire no event trigger, see `provision`.)
+GUARD = (
+    "CREATE OR REPLACE FUNCTION engram_scopes.refuse_scope_commands() RETURNS event_trigger "
+    "LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $guard$ BEGIN "
+    "IF to_regclass('engram_scopes.scopes') IS NOT NULL "
+    "AND EXISTS (SELECT 1 FROM engram_scopes.scopes WHERE role_name = session_user) THEN "
+    "RAISE EXCEPTION 'permission denied to run % as a scope role', tg_tag USING ERRCODE = 'insufficient_privilege'; "
+    "END IF; END $guard$",
+    f"REVOKE ALL ON FUNCTION {REGISTRY_SCHEMA}.refuse_scope_commands() FROM PUBLIC",
+    f"CREATE EVENT TRIGGER {GUARD_TRIGGER} ON ddl_command_start WHEN TAG IN ('DROP OWNED') "
+    f"EXECUTE FUNCTION {REGISTRY_SCHEMA}.refuse_scope_commands()",
 )
 
 #: What `harden` does, for the docs and for a DBA to run by hand (``{db}`` is the database).
@@ -143,7 +176,9 @@ HARDENING = (
     "REVOKE ALL ON SCHEMA public FROM PUBLIC  -- no CREATE and no USAGE in public",
     "REVOKE USAGE ON LANGUAGE sql, plpgsql FROM PUBLIC  -- no CREATE FUNCTION, no DO",
     "REVOKE SELECT ON ALL TABLES IN SCHEMA pg_catalog FROM PUBLIC  -- catalogs name other schemas' objects",
-    "REVOKE EXECUTE ON FUNCTION <each of REVOKED_FUNCTIONS> FROM PUBLIC",
+    "REVOKE EXECUTE ON FUNCTION <each of REVOKED_FUNCTIONS, and every pg_stat_get_* function> FROM PUBLIC",
+    "CREATE EVENT TRIGGER engram_scope_guard ON ddl_command_start WHEN TAG IN ('DROP OWNED') "
+    "EXECUTE FUNCTION engram_scopes.refuse_scope_commands()  -- roles.GUARD: no DROP OWNED for a scope role",
 )
 
 
@@ -167,7 +202,11 @@ def role_name(database: str, secret: bytes, tenant: str, namespace: Namespace) -
     """``<database>_s<mac>``, at most 63 bytes; a database name too long for that is shortened
     and hashed (its roles then no longer start with the full name). The MAC is keyed by the
     database's secret, so nobody can compute a tenant's or an agent's role name from its name."""
-    tail = "_s" + _mac(secret, "role", tenant, namespace.label, n=16)
+    return _role_name(database, secret, tenant, namespace.label)
+
+
+def _role_name(database: str, secret: bytes, tenant: str, label: str) -> str:
+    tail = "_s" + _mac(secret, "role", tenant, label, n=16)
     db = database
     if len(db.encode()) + len(tail) > 63:
         db = db.encode()[:38].decode("utf-8", "ignore") + "_" + hashlib.sha256(database.encode()).hexdigest()[:8]
@@ -177,7 +216,11 @@ def role_name(database: str, secret: bytes, tenant: str, namespace: Namespace) -
 def schema_name(secret: bytes, tenant: str, namespace: Namespace) -> str:
     """``scope_<mac>``: tenant and agent names stay out of catalog names, and a schema's name
     cannot be computed (and then probed for) from a tenant's name."""
-    return "scope_" + _mac(secret, "schema", tenant, namespace.label, n=24)
+    return _schema_name(secret, tenant, namespace.label)
+
+
+def _schema_name(secret: bytes, tenant: str, label: str) -> str:
+    return "scope_" + _mac(secret, "schema", tenant, label, n=24)
 
 
 _hardened: set[str] = set()
@@ -187,7 +230,24 @@ _hardened_lock = threading.Lock()
 def provision(admin_url: str, tenant: str, namespace: Namespace, *, connect_timeout: float = 10.0) -> ScopeRole:
     """Make (or find) the schema and role of (`tenant`, `namespace`); safe to call from many
     threads and processes at once, and again and again. Harden the database first (once per
-    process). Raises `BackendError` when the server refuses (e.g. the admin lacks CREATEROLE)."""
+    process). Raises `BackendError` when the server refuses (e.g. the admin lacks CREATEROLE).
+
+    A role that exists is put back as `provision` made it: PostgreSQL lets any role change its
+    own password (``ALTER ROLE CURRENT_USER PASSWORD``) and its own per-role settings (``ALTER
+    ROLE CURRENT_USER SET default_transaction_read_only = on``), and no privilege or event
+    trigger can refuse either, so the admin restores the password, the attributes and the
+    settings whenever it provisions (see `restore`)."""
+    return _open(admin_url, tenant, namespace.label, connect_timeout)
+
+
+def restore(admin_url: str, where: ScopeRole, *, connect_timeout: float = 10.0) -> ScopeRole:
+    """Put the role of `where` back as `provision` made it (password, attributes, settings,
+    grants): what a scope does when its login fails or its session finds a setting it did not
+    ask for."""
+    return _open(admin_url, where.tenant, where.label, connect_timeout)
+
+
+def _open(admin_url: str, tenant: str, label: str, connect_timeout: float) -> ScopeRole:
     try:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=int(connect_timeout)) as conn:
             database = str(_one(conn, "SELECT current_database()"))
@@ -200,7 +260,7 @@ def provision(admin_url: str, tenant: str, namespace: Namespace, *, connect_time
                     _hardened.add(key)
             for attempt in range(3):
                 try:
-                    return _provision(conn, admin_url, database, tenant, namespace)
+                    return _provision(conn, admin_url, database, tenant, label)
                 except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject, psycopg.errors.DuplicateSchema):
                     # another process won a race outside our advisory lock (a non-superuser admin
                     # whose advisory locks were revoked by a DBA): its work stands, look again
@@ -208,9 +268,7 @@ def provision(admin_url: str, tenant: str, namespace: Namespace, *, connect_time
                         raise
             raise AssertionError("unreachable")
     except psycopg.Error as exc:
-        raise BackendError(
-            f"cannot provision the PostgreSQL scope '{namespace.label}' of tenant {tenant!r}: {exc}"
-        ) from None
+        raise BackendError(f"cannot provision the PostgreSQL scope '{label}' of tenant {tenant!r}: {exc}") from None
 
 
 def _one(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
@@ -218,17 +276,17 @@ def _one(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()
     return None if row is None else row[0]
 
 
-def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, tenant: str, ns: Namespace) -> ScopeRole:
+def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, tenant: str, label: str) -> ScopeRole:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
         secret = _secret(conn)
-        role, schema = role_name(database, secret, tenant, ns), schema_name(secret, tenant, ns)
+        role, schema = _role_name(database, secret, tenant, label), _schema_name(secret, tenant, label)
         ident_role, ident_schema = sql.Identifier(role), sql.Identifier(schema)
         password = _mac(secret, "password", role, n=40)
         known = _one(
             conn,
             f"SELECT role_name FROM {REGISTRY_SCHEMA}.scopes WHERE tenant = %s AND label = %s",  # noqa: S608 - constant
-            (tenant, ns.label),
+            (tenant, label),
         )
         exists = _one(conn, "SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)) is not None
         attrs = sql.SQL(
@@ -236,7 +294,9 @@ def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, ten
         ).format(sql.Literal(password))
         if not exists:
             conn.execute(sql.SQL("CREATE ROLE {} ").format(ident_role) + attrs)
-        elif known is None:
+        elif known is not None:
+            _restore_role(conn, role, password, attrs)
+        else:
             # A role of that name without a registry row: left over from an earlier database of the
             # same name. Take it over with this database's password and no memberships.
             conn.execute(sql.SQL("ALTER ROLE {} ").format(ident_role) + attrs)
@@ -250,22 +310,84 @@ def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, ten
         conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(ident_schema))
         conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(ident_schema, ident_role))
         conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(database), ident_role))
-        conn.execute(
-            sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path TO {}").format(
-                ident_role, sql.Identifier(database), ident_schema
+        settings = conn.execute(
+            "SELECT s.setdatabase = d.oid, s.setconfig FROM pg_db_role_setting s, pg_database d "
+            "WHERE d.datname = current_database() AND s.setrole = %s::regrole AND s.setdatabase IN (0, d.oid)",
+            (role,),
+        ).fetchall()
+        if settings != [(True, [f"search_path={schema}"])]:
+            # whatever the role set for itself goes, in this database and in all of them
+            conn.execute(sql.SQL("ALTER ROLE {} RESET ALL").format(ident_role))
+            conn.execute(sql.SQL("ALTER ROLE {} IN DATABASE {} RESET ALL").format(ident_role, sql.Identifier(database)))
+            conn.execute(
+                sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path TO {}").format(
+                    ident_role, sql.Identifier(database), ident_schema
+                )
             )
-        )
         if known is None:
             conn.execute(
                 f"INSERT INTO {REGISTRY_SCHEMA}.scopes (tenant, label, schema_name, role_name) "  # noqa: S608 - constant
                 "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (tenant, ns.label, schema, role),
+                (tenant, label, schema, role),
             )
     conninfo = make_conninfo(admin_url, user=role, password=password, application_name="engramdb-scope")
-    return ScopeRole(tenant, ns.label, schema, role, conninfo)
+    return ScopeRole(tenant, label, schema, role, conninfo)
+
+
+def _restore_role(conn: psycopg.Connection[Any], role: str, password: str, attrs: sql.Composed) -> None:
+    """Reset a known role's attributes and password when they are not what provisioning set. A
+    superuser admin reads the stored SCRAM verifier and leaves a matching one alone; an admin
+    that may not read ``pg_authid`` sets the password again."""
+    row = conn.execute(
+        "SELECT rolcanlogin AND NOT rolinherit AND NOT rolsuper AND NOT rolcreatedb AND NOT rolcreaterole "
+        "AND NOT rolreplication AND NOT rolbypassrls, rolvaliduntil IS NULL AND rolconnlimit = -1, "
+        "has_table_privilege('pg_catalog.pg_authid', 'SELECT') FROM pg_roles WHERE rolname = %s",
+        (role,),
+    ).fetchone()
+    if row is None:  # pragma: no cover - the caller found the role under the advisory lock
+        return
+    plain, unlimited, readable = row
+    if plain and unlimited and readable:
+        verifier = _one(conn, "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (role,))
+        if isinstance(verifier, str) and scram_matches(verifier, password):
+            return
+    conn.execute(
+        sql.SQL("ALTER ROLE {} ").format(sql.Identifier(role))
+        + attrs
+        + sql.SQL(" VALID UNTIL 'infinity' CONNECTION LIMIT -1")
+    )
+
+
+def scram_matches(verifier: str, password: str) -> bool:
+    """Whether a ``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`` verifier (RFC 5802,
+    as PostgreSQL stores it) was made from `password`."""
+    try:
+        method, salt_part, keys = verifier.split("$")
+        iterations, salt = salt_part.split(":")
+        stored, server = keys.split(":")
+        if method != "SCRAM-SHA-256":
+            return False
+        salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(salt), int(iterations))
+    except ValueError:
+        return False
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    return hmac.compare_digest(
+        base64.b64encode(hashlib.sha256(client_key).digest()).decode(), stored
+    ) and hmac.compare_digest(base64.b64encode(server_key).decode(), server)
 
 
 def _secret(conn: psycopg.Connection[Any]) -> bytes:
+    _registry(conn)
+    conn.execute(
+        f"INSERT INTO {REGISTRY_SCHEMA}.secret (key) VALUES (%s) ON CONFLICT DO NOTHING",  # noqa: S608 - constant
+        (secrets.token_bytes(32),),
+    )
+    return bytes(_one(conn, f"SELECT key FROM {REGISTRY_SCHEMA}.secret"))  # noqa: S608 - constant
+
+
+def _registry(conn: psycopg.Connection[Any]) -> None:
+    """The admin-only schema with the secret and the scope registry (the guard reads the latter)."""
     conn.execute(f"CREATE SCHEMA IF NOT EXISTS {REGISTRY_SCHEMA} AUTHORIZATION CURRENT_USER")
     conn.execute(f"REVOKE ALL ON SCHEMA {REGISTRY_SCHEMA} FROM PUBLIC")
     conn.execute(
@@ -278,11 +400,6 @@ def _secret(conn: psycopg.Connection[Any]) -> bytes:
         "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tenant, label))"
     )
     conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {REGISTRY_SCHEMA} FROM PUBLIC")
-    conn.execute(
-        f"INSERT INTO {REGISTRY_SCHEMA}.secret (key) VALUES (%s) ON CONFLICT DO NOTHING",  # noqa: S608 - constant
-        (secrets.token_bytes(32),),
-    )
-    return bytes(_one(conn, f"SELECT key FROM {REGISTRY_SCHEMA}.secret"))  # noqa: S608 - constant
 
 
 def harden(conn: psycopg.Connection[Any]) -> None:
@@ -310,11 +427,26 @@ def harden(conn: psycopg.Connection[Any]) -> None:
         conn.execute("REVOKE SELECT ON ALL TABLES IN SCHEMA pg_catalog FROM PUBLIC")
         for (signature,) in conn.execute(
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace "
-            "AND p.proname = ANY(%s)",
-            (list(REVOKED_FUNCTIONS),),
+            "AND (p.proname = ANY(%s) OR p.proname LIKE ANY(%s))",
+            (list(REVOKED_FUNCTIONS), [_like(p) for p in REVOKED_PREFIXES]),
         ).fetchall():
             conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(sql.SQL(signature)))
         _grant_engine(conn, database, functions=True)
+        _registry(conn)
+        for statement in GUARD:
+            if statement.startswith("CREATE EVENT TRIGGER"):
+                state = _one(conn, "SELECT evtenabled FROM pg_event_trigger WHERE evtname = %s", (GUARD_TRIGGER,))
+                if state is None:
+                    conn.execute(statement)
+                elif state == "D":
+                    conn.execute(sql.SQL("ALTER EVENT TRIGGER {} ENABLE").format(sql.Identifier(GUARD_TRIGGER)))
+            else:
+                conn.execute(statement)
+
+
+def _like(prefix: str) -> str:
+    """A LIKE pattern for names starting with `prefix` (``_`` is a wildcard to LIKE)."""
+    return prefix.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%") + "%"
 
 
 def _grant_engine(conn: psycopg.Connection[Any], database: sql.Identifier, *, functions: bool) -> None:
@@ -352,10 +484,12 @@ def _unhardened(conn: psycopg.Connection[Any]) -> list[str]:
         missing.append("pg_catalog tables")
     open_functions = _one(
         conn,
-        "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY(%s) "
-        "AND has_function_privilege('public', p.oid, 'EXECUTE')",
-        (list(REVOKED_FUNCTIONS),),
+        "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace "
+        "AND (p.proname = ANY(%s) OR p.proname LIKE ANY(%s)) AND has_function_privilege('public', p.oid, 'EXECUTE')",
+        (list(REVOKED_FUNCTIONS), [_like(p) for p in REVOKED_PREFIXES]),
     )
     if open_functions:
-        missing.append(f"{open_functions} functions of REVOKED_FUNCTIONS")
+        missing.append(f"{open_functions} functions of REVOKED_FUNCTIONS and REVOKED_PREFIXES")
+    if _one(conn, "SELECT evtenabled FROM pg_event_trigger WHERE evtname = %s", (GUARD_TRIGGER,)) in (None, "D"):
+        missing.append(f"the event trigger {GUARD_TRIGGER} (roles.GUARD)")
     return missing

@@ -27,7 +27,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from engramdb.errors import MissingExtra
 
@@ -53,7 +53,7 @@ from engramdb.errors import (
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import ExecResult, MemoryScope, Params, Row, RowVectorStore
-from engramdb.storage.postgres.roles import ScopeRole, provision
+from engramdb.storage.postgres.roles import ScopeRole, provision, restore
 from engramdb.storage.postgres.sqltext import dollar_form, lexers_agree, translate
 
 if TYPE_CHECKING:
@@ -113,6 +113,7 @@ class PostgresScope(MemoryScope):
             max_size=max(1, max_connections),
             num_workers=1,
             kwargs={"autocommit": True, "options": options},
+            connection_class=_guarded(admin_url, self._where),
             name=f"engramdb-{namespace.label}",
             timeout=max(30.0, self._timeout * 4),
             open=False,
@@ -199,6 +200,8 @@ class PostgresScope(MemoryScope):
         def run(conn: Conn) -> tuple[int, list[Row]]:
             with conn.cursor(binary=True) as cur:
                 cur.executemany(query, args)
+                if args:
+                    _check_tag(stmt, cur.statusmessage)
                 return (max(cur.rowcount, 0) if args else 0), []
 
         rowcount, _ = self._call(stmt, query, None, run)
@@ -323,10 +326,13 @@ class PostgresScope(MemoryScope):
                 self._fetch(cur, query, args, rows)
                 return -1, rows
             if self._returns_rows(conn, sql, query, args):
-                # a write's RETURNING list has one row per row changed
+                # a write's RETURNING list has one row per row changed. (A stream keeps no command
+                # tag; what the server describes as returning rows is DML, EXPLAIN, SHOW or FETCH,
+                # none of which touches a role, an owner or a grant.)
                 self._fetch(cur, query, args, rows)
                 return len(rows), rows
             cur.execute(query, args)
+            _check_tag(stmt, cur.statusmessage)
             return _rowcount(cur.statusmessage), rows
 
     def _fetch(self, cur: psycopg.Cursor[Any], query: str, args: Any, rows: list[Row]) -> None:
@@ -600,6 +606,34 @@ def _size(value: Any) -> int:
     return len(str(value))
 
 
+#: The command tags the server may answer for each kind the classifier admits to a write's
+#: transaction (CREATE TABLE … AS says ``SELECT n``, or ``CREATE TABLE AS`` when the table exists).
+_TAGS: dict[Kind, frozenset[str]] = {
+    Kind.WRITE: frozenset({"INSERT", "UPDATE", "DELETE", "MERGE"}),
+    Kind.CREATE_TABLE: frozenset({"CREATE TABLE"}),
+    Kind.CREATE_TABLE_AS: frozenset({"SELECT", "CREATE TABLE AS"}),
+    Kind.CREATE_INDEX: frozenset({"CREATE INDEX"}),
+    Kind.ADD_COLUMN: frozenset({"ALTER TABLE"}),
+}
+
+
+def _check_tag(stmt: Statement, status: str | None) -> None:
+    """Refuse, before its transaction or savepoint is released, a statement the server ran as
+    something other than what the classifier admitted: the command tag is the server's own word
+    on what ran, so a classifier mistake (an ``ALTER ROLE``, ``DROP OWNED`` or ``GRANT`` read as
+    an INSERT) is rolled back instead of committed. Tags name the command, not its clauses: an
+    ``ALTER TABLE`` is an ``ALTER TABLE`` whatever it alters."""
+    words = (status or "").split()
+    while words and words[-1].isdigit():
+        words.pop()
+    tag = " ".join(words)
+    if tag not in _TAGS.get(stmt.kind, frozenset()):
+        raise ScopeViolation(
+            f"the server ran this statement as {tag or 'an unknown command'}, not as the {stmt.kind.value} "
+            "the scope admitted; it was rolled back, nothing changed"
+        )
+
+
 def _rowcount(status: str | None) -> int:
     """Rows changed, from the command tag (``INSERT 0 3``, ``UPDATE 2``, ``MERGE 1``); -1 otherwise."""
     if not status:
@@ -608,6 +642,61 @@ def _rowcount(status: str | None) -> int:
     if verb in ("INSERT", "UPDATE", "DELETE", "MERGE") and rest:
         return int(rest.rsplit(" ", 1)[-1])
     return -1
+
+
+# -- connections that put the role back before they are used ---------------------------------------
+
+#: how often a new connection may find its role's settings changed and have them restored
+_RESTORES = 3
+
+
+def _guarded(admin_url: str, where: ScopeRole) -> type[Conn]:
+    """The pool's connection class for one scope. A scope role may change its own password and
+    its own per-role settings (PostgreSQL has no privilege that refuses either), which would lock
+    the engine out or follow it into every later session; so a login that fails has the admin
+    restore the role and tries once more, and a new session that carries a per-role setting the
+    engine did not make (``default_transaction_read_only``, a ``search_path`` elsewhere) is
+    closed, its role restored, and opened again before any statement runs on it."""
+
+    class ScopeConnection(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            for _ in range(_RESTORES):
+                try:
+                    conn = super().connect(conninfo, **kwargs)
+                except psycopg.OperationalError:
+                    # a wrong password reads like any failed login (and its text depends on the
+                    # server's locale): restore, then try once; a second failure is the pool's
+                    _restore(admin_url, where)
+                    conn = super().connect(conninfo, **kwargs)
+                if not _foreign_settings(conn, where.schema):
+                    return conn
+                conn.close()
+                _restore(admin_url, where)
+            raise psycopg.OperationalError(
+                f"the settings of scope role {where.role} keep changing: the admin restored them {_RESTORES} times"
+            )
+
+    return ScopeConnection
+
+
+def _restore(admin_url: str, where: ScopeRole) -> None:
+    try:
+        restore(admin_url, where)
+    except BackendError as exc:
+        raise psycopg.OperationalError(str(exc)) from None
+
+
+def _foreign_settings(conn: Conn, schema: str) -> list[str]:
+    """The per-role settings in force on `conn` that provisioning did not make (client options
+    from the startup packet override per-role ones, so those are not counted)."""
+    rows = conn.execute(
+        "SELECT name FROM pg_catalog.pg_show_all_settings() "
+        "WHERE source IN ('user', 'database user') AND name <> 'search_path' "
+        "UNION ALL SELECT 'search_path' WHERE pg_catalog.current_setting('search_path') <> %s",
+        (schema,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 # -- the client-side cancel, a backstop behind the server's statement_timeout ----------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -282,6 +282,31 @@ class DynamicMemoryEngine:
                         scope = otel.TracedScope(scope)
                     self._scopes[key] = scope
         return scope
+
+    def move_tables(self, tables: Sequence[str], *, to_tenant: str, from_tenant: str = "default") -> list[str]:
+        """Hand raw-SQL tables from one tenant to another, with their rows, indexes and row
+        embeddings; returns the names moved. For SQLite files made before each tenant had its own
+        tables, when every tenant's were in the store's file (docs/tenancy.md, "Upgrading").
+
+        Checked before anything is written (`ValidationError`): each table exists in
+        `from_tenant`, none of that name in `to_tenant`, no foreign key crosses the move. Not
+        inside a transaction. PostgreSQL has kept each tenant's tables in schemas of its own from
+        the start: there is nothing to move, and it says so (`ConfigError`).
+        """
+        mover = getattr(self._backend, "tenant_tables", None)
+        if mover is None:
+            raise ConfigError(
+                "this store has kept each tenant's raw-SQL tables apart from the start (PostgreSQL: a schema "
+                "per tenant and namespace); there is nothing to move"
+            )
+        names: list[str] = mover.move(tables, source=check_tenant(from_tenant), target=check_tenant(to_tenant))
+        return names
+
+    def _keep_tables_of(self, tenant: str) -> None:
+        """Make the store's own file keep `tenant`'s raw-SQL tables (`TenantFiles`: a file per tenant)."""
+        mover = getattr(self._backend, "tenant_tables", None)
+        if mover is not None:
+            mover.claim(tenant)
 
     def list_all_tables(self, *, include_engine: bool = False) -> list[str]:
         """Admin view: the tables of every namespace (and the engine's own with `include_engine`)."""

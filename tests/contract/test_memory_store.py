@@ -328,20 +328,9 @@ def test_concurrent_async_recalls_stay_in_their_tenants(eng: DynamicMemoryEngine
 # -- layouts: one store, or a file per tenant ---------------------------------------------------
 
 
-@pytest.mark.sqlite_only
-def test_one_store_keeps_memories_apart_but_its_sql_tables_are_per_database(eng: DynamicMemoryEngine) -> None:
-    """One engine = one database: memories are per tenant (rows), raw SQL tables are not."""
-    acme, globex = eng.agent("alice", tenant="acme"), eng.agent("alice", tenant="globex")
-    acme.shared.execute("CREATE TABLE shared_notes (body TEXT)")
-    acme.shared.execute("INSERT INTO shared_notes VALUES ('acme only')")
-    assert globex.shared.query("SELECT body FROM shared_notes") == [("acme only",)]  # same database
-    acme.remember("acme memory")
-    assert globex.memories() == []
-
-
-@pytest.mark.postgres_only
-def test_on_a_server_each_tenant_has_its_own_sql_tables(eng: DynamicMemoryEngine) -> None:
-    """PostgreSQL keeps the raw-SQL tables of each tenant in schemas of their own."""
+def test_each_tenant_of_one_store_has_its_own_sql_tables(eng: DynamicMemoryEngine) -> None:
+    """Memories are per tenant (rows), and so are raw-SQL tables (SQLite: a file per tenant beside
+    the store; PostgreSQL: schemas per tenant). tests/contract/test_tenant_tables.py has the rest."""
     acme, globex = eng.agent("alice", tenant="acme"), eng.agent("alice", tenant="globex")
     acme.shared.execute("CREATE TABLE shared_notes (body TEXT)")
     acme.shared.execute("INSERT INTO shared_notes VALUES ('acme only')")

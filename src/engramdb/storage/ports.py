@@ -816,8 +816,9 @@ class Backend(Protocol):
     def scope(self, namespace: Namespace, embedder: Embedder | None, *, tenant: str = "default") -> MemoryScope:
         """A raw-SQL scope over `namespace`'s tables of `tenant` (the caller keeps one per pair).
 
-        Where a backend keeps one set of raw-SQL tables for every tenant (SQLite: one file, one
-        set; give each tenant a file of its own with `TenantFiles`), `tenant` is ignored."""
+        Each tenant has its own raw-SQL tables: a scope of one tenant never reads, counts, writes
+        or names another tenant's tables, even ones of the same name (SQLite: a file of tables per
+        tenant beside the store; PostgreSQL: a schema per tenant and namespace)."""
         ...
 
     def table_names(self) -> list[str]:

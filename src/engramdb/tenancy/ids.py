@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from engramdb.errors import InvalidAgentId, ValidationError
@@ -40,3 +41,17 @@ def check_tenant(tenant: object) -> str:
         # " acme" and "acme" would be two tenants that look alike in every listing
         raise ValidationError(f"tenant must not start or end with spaces, got {tenant!r}")
     return tenant
+
+
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def tenant_file_name(tenant: str) -> str:
+    """The file name of `tenant`'s database: a readable slug and a hash of the exact name.
+
+    Distinct tenant strings get distinct files (the hash is of the exact string, 160 bits), and
+    no tenant string can name a path outside the directory.
+    """
+    slug = _SLUG.sub("-", tenant.casefold()).strip("-")[:40] or "tenant"
+    digest = hashlib.blake2b(tenant.encode("utf-8"), digest_size=20).hexdigest()
+    return f"{slug}-{digest}.db"

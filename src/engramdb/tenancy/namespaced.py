@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import inspect
 import math
 import os
-import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,7 +39,7 @@ from engramdb.tenancy.contract import (
     in_thread,
     seconds,
 )
-from engramdb.tenancy.ids import check_agent_id
+from engramdb.tenancy.ids import check_agent_id, tenant_file_name
 
 if TYPE_CHECKING:
     from engramdb.agent import Agent
@@ -330,19 +328,6 @@ def _redact(handle: Agent, explanation: Explanation, vis: Visibility) -> Explana
 
 # -- a database per tenant --------------------------------------------------------------------
 
-_SLUG = re.compile(r"[^a-z0-9]+")
-
-
-def tenant_file_name(tenant: str) -> str:
-    """The file name of `tenant`'s database: a readable slug and a hash of the exact name.
-
-    Distinct tenant strings get distinct files (the hash is of the exact string, 160 bits), and
-    no tenant string can name a path outside the directory.
-    """
-    slug = _SLUG.sub("-", tenant.casefold()).strip("-")[:40] or "tenant"
-    digest = hashlib.blake2b(tenant.encode("utf-8"), digest_size=20).hexdigest()
-    return f"{slug}-{digest}.db"
-
 
 def _check_engine_option_names(options: Mapping[str, Any]) -> None:
     """Refuse a keyword `DynamicMemoryEngine` does not take now, not when the first tenant opens."""
@@ -402,7 +387,15 @@ class TenantFiles:
                 raise ValidationError("these tenant files are closed")
             engine = self._engines.get(tenant)
             if engine is None:
-                engine = self._engines[tenant] = DynamicMemoryEngine(self.path_for(tenant), **self._options)
+                engine = DynamicMemoryEngine(self.path_for(tenant), **self._options)
+                try:
+                    # The file is this tenant's alone: its raw-SQL tables stay in it, as they
+                    # always were, rather than in a tenant file beside it.
+                    engine._keep_tables_of(tenant)
+                except BaseException:
+                    engine.close()
+                    raise
+                self._engines[tenant] = engine
             return engine
 
     def agent(

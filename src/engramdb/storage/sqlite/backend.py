@@ -17,6 +17,7 @@ from engramdb.storage.sqlite.locks import tenant_lock
 from engramdb.storage.sqlite.migrations import migrate
 from engramdb.storage.sqlite.rows import SqliteMemoryRows
 from engramdb.storage.sqlite.scope import SqliteScope
+from engramdb.storage.sqlite.tenant_tables import TenantTables
 from engramdb.storage.sqlite.stream import (
     SqliteAccessStream,
     SqliteChangeSequence,
@@ -52,6 +53,8 @@ class SqliteBackend:
         self.changes = SqliteChangeSequence(self._store)
         self.vectors = SqliteMemoryVectors(self._store)
         self.row_vectors = SqliteRowVectors(self._store)
+        #: each tenant's raw-SQL tables: this file's for its home tenant, a file beside it for others
+        self.tenant_tables = TenantTables(self._store, self.row_vectors, memory_file=self._memory_file)
 
     def __repr__(self) -> str:
         return f"SqliteBackend({self.location!r})"
@@ -173,15 +176,18 @@ class SqliteBackend:
     # -- raw-SQL scopes -----------------------------------------------------------------------------
 
     def scope(self, namespace: Namespace, embedder: Embedder | None, *, tenant: str = "default") -> SqliteScope:
-        # One file holds one set of raw-SQL tables: every tenant of the file shares them (see
-        # docs/tenancy.md; TenantFiles gives each tenant its own file).
-        return SqliteScope(self._store, namespace, self.row_vectors, lambda: embedder)
+        # SQLite has one table namespace per file: each tenant's tables are in a file of their own.
+        store, row_vectors = self.tenant_tables.of(tenant)
+        return SqliteScope(store, namespace, row_vectors, lambda: embedder)
 
     def table_names(self) -> list[str]:
         return self._store.table_names()
 
     def close(self) -> None:
-        self._store.close()
+        try:
+            self.tenant_tables.close()
+        finally:
+            self._store.close()
 
 
 #: what `PRAGMA secure_delete` reads back, by the name that sets it again

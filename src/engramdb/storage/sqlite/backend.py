@@ -17,7 +17,6 @@ from engramdb.storage.sqlite.locks import tenant_lock
 from engramdb.storage.sqlite.migrations import migrate
 from engramdb.storage.sqlite.rows import SqliteMemoryRows
 from engramdb.storage.sqlite.scope import SqliteScope
-from engramdb.storage.sqlite.tenant_tables import TenantTables
 from engramdb.storage.sqlite.stream import (
     SqliteAccessStream,
     SqliteChangeSequence,
@@ -25,6 +24,7 @@ from engramdb.storage.sqlite.stream import (
     SqliteTombstones,
     SqliteVersions,
 )
+from engramdb.storage.sqlite.tenant_tables import TenantTables
 from engramdb.storage.sqlite.vectors import SqliteMemoryVectors, SqliteRowVectors
 
 if TYPE_CHECKING:

@@ -243,7 +243,7 @@ class TenantTables:
                 ascii_lower(str(r[0])) for r in src.execute('SELECT "table" FROM pragma_foreign_key_list(?)', (name,))
             }
             inside = ascii_lower(name) in moving
-            if inside and not refs <= moving or not inside and refs & moving:
+            if (inside and not refs <= moving) or (not inside and refs & moving):
                 raise ValidationError(
                     f"a foreign key joins {name} and another table on the other side of the move; "
                     "move the tables a foreign key joins together"

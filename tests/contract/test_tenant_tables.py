@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from engramdb import CallerError, DynamicMemoryEngine, SqlError
+from engramdb import CallerError, ConfigError, DynamicMemoryEngine, SqlError
 from engramdb.agent import Agent
 from engramdb.retrieval.retriever import MemoryRetriever
 from engramdb.testing import fake_embedder
@@ -178,3 +178,10 @@ def test_transactions_of_two_tenants_on_one_thread_are_their_own(eng: DynamicMem
     acme.shared.rollback()
     assert globex.shared.query("SELECT content FROM shared_notes") == [("globex, kept",)]
     assert acme.shared.query("SELECT count(*) FROM shared_notes") == [(3,)]
+
+
+@pytest.mark.postgres_only
+def test_postgres_has_no_tables_to_hand_over(eng: DynamicMemoryEngine) -> None:
+    _world(eng)
+    with pytest.raises(ConfigError, match="nothing to move"):
+        eng.move_tables(["shared_notes"], to_tenant="globex", from_tenant="acme")

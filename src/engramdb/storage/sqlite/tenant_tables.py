@@ -256,6 +256,7 @@ class TenantTables:
         try:
             # Children may be copied before their parents: the keys are checked at commit.
             dst.execute("PRAGMA defer_foreign_keys=ON")
+            # Every table first, then the rows: a child's insert needs its parent table to exist.
             for name in names:
                 ddl = dst.execute(
                     "SELECT sql FROM src.sqlite_schema WHERE tbl_name = ? AND sql IS NOT NULL "
@@ -266,6 +267,7 @@ class TenantTables:
                     # The table's own statement, as its scope wrote it and SQLite stored it:
                     # unqualified, it creates the table in the target file.
                     dst.execute(statement)
+            for name in names:
                 cols = [
                     '"{}"'.format(str(r[1]).replace('"', '""'))
                     for r in dst.execute("SELECT * FROM src.pragma_table_xinfo(?)", (name,))
@@ -276,9 +278,13 @@ class TenantTables:
                 listed = ", ".join((["rowid"] if keyed else []) + cols)
                 dst.execute(f'INSERT INTO main."{name}" ({listed}) SELECT {listed} FROM src."{name}"')  # noqa: S608 - names from the catalog
                 dst.execute(
-                    "INSERT OR REPLACE INTO main.engram_row_vectors SELECT * FROM src.engram_row_vectors WHERE tbl = ? COLLATE NOCASE",
+                    "INSERT OR REPLACE INTO main.engram_row_vectors "
+                    "SELECT * FROM src.engram_row_vectors WHERE tbl = ? COLLATE NOCASE",
                     (name,),
                 )
+                # The copy's inserts set the counter to the largest key copied; the source's may
+                # be past it (rows deleted at the end), and a key is never handed out twice.
+                dst.execute("DELETE FROM main.sqlite_sequence WHERE name = ?", (name,))
                 dst.execute(
                     "INSERT INTO main.sqlite_sequence (name, seq) SELECT name, seq FROM src.sqlite_sequence WHERE name = ?",
                     (name,),

@@ -309,7 +309,10 @@ class DynamicMemoryEngine:
             mover.claim(tenant)
 
     def list_all_tables(self, *, include_engine: bool = False) -> list[str]:
-        """Admin view: the tables of every namespace (and the engine's own with `include_engine`)."""
+        """Admin view: the tables of every namespace (and the engine's own with `include_engine`).
+
+        PostgreSQL: every tenant's. SQLite: the store's own file, i.e. its home tenant's (another
+        tenant's are in its own file; ask its scopes' `list_tables`)."""
         names = self._backend.table_names()
         if include_engine:
             return names

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -982,6 +985,43 @@ def test_an_update_of_the_match_between_lookup_and_write_loses_no_fact(
     got = a.remember(text)
     assert done and got.id != old.id and got.content == text
     assert sorted(m.content for m in a.memories()) == sorted([text, "The canteen serves soup on Tuesdays."])
+
+
+_KILLED_AFTER_FORGET = """
+import os, signal, sys
+from engramdb import DynamicMemoryEngine
+from engramdb.testing import FixedClock
+clock = FixedClock(1_700_000_000.0)
+eng = DynamicMemoryEngine(sys.argv[1], clock=clock)
+me = eng.agent("alice")
+for i in range(50):
+    me.remember(f"filler note {i} about the weekly deploy rota", dedup=False)
+text = " ".join(f"sentence {i} of the long manifest names {sys.argv[2]}{i} here." for i in range(300))
+m = me.remember(text, title="manifest")
+for _ in range(3):
+    me.recall("the long manifest")
+    clock.advance(60)
+me.forget(m.id, reason="secret")
+print("forgotten", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no close(), no checkpoint on exit: what forget left is all there is
+"""
+
+
+@pytest.mark.sqlite_only
+def test_forget_has_erased_the_text_when_it_returns_even_if_the_process_dies_next(tmp_path: Path) -> None:
+    marker = "Qaxkillmarker"
+    run = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_FORGET, str(tmp_path / "m.db"), marker],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.stdout.strip() == "forgotten", run.stderr
+    assert run.returncode == -signal.SIGKILL
+    assert _files_holding(tmp_path, [marker]) == []
+    with DynamicMemoryEngine(tmp_path / "m.db") as eng:  # and the store opens, the filler intact
+        assert len(eng.agent("alice").memories()) == 50
 
 
 @pytest.mark.sqlite_only

@@ -7,6 +7,7 @@ exits with a code from `engramdb.cli.support.Exit`. See ``docs/cli.md``.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import click
 
 from engramdb.cli.support import EMBEDDERS, Settings, emit, fail, jsonable, parse_location, progress_bars, settings
-from engramdb.errors import NotFound, ValidationError
+from engramdb.errors import ConfigError, MissingExtra, NotFound, ValidationError
 from engramdb.memories.model import Confidentiality, Memory, MemoryType, TodoStatus
 from engramdb.observability import otel
 from engramdb.scopes.classify import Kind, Statement, classify
@@ -377,15 +378,94 @@ def import_cmd(path: str) -> None:
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True, help="HTTP: the port.")
+@click.option(
+    "--token-env",
+    metavar="VAR",
+    help="HTTP: require this bearer token, read from the environment variable VAR (not an argument: "
+    "other users can read a process's arguments). The server's --agent acts.",
+)
+@click.option(
+    "--jwt-key",
+    type=click.Path(exists=True, dir_okay=False),
+    help="HTTP: accept JWT bearer tokens signed with this key (a file: an HS secret, or the issuer's PEM "
+    "public key); each token's sub, tenant and cap claims say which agent acts (cap at most --cap).",
+)
+@click.option("--jwt-algorithm", help="HTTP: the JWT algorithm (default: RS256 for a PEM key, HS256 for a secret).")
+@click.option("--issuer", help="HTTP: the iss every JWT must carry.")
+@click.option("--audience", help="HTTP: the aud every JWT must carry: this server's URL, e.g. https://mem.example/mcp.")
+@click.option("--allowed-host", multiple=True, help="HTTP: a Host header to accept besides loopback (repeatable).")
+@click.option("--allowed-origin", multiple=True, help="HTTP: a browser Origin to accept besides loopback (repeatable).")
 @json_option
-def mcp(transport: str, host: str, port: int) -> None:
-    """Serve this agent's memory tools over MCP (stdio, or streamable HTTP); needs the mcp extra."""
+def mcp(
+    transport: str,
+    host: str,
+    port: int,
+    token_env: str | None,
+    jwt_key: str | None,
+    jwt_algorithm: str | None,
+    issuer: str | None,
+    audience: str | None,
+    allowed_host: tuple[str, ...],
+    allowed_origin: tuple[str, ...],
+) -> None:
+    """Serve this agent's memory tools over MCP (stdio, or streamable HTTP); needs the mcp extra.
+
+    Over HTTP beyond loopback a bearer token is required: --token-env (one user, the server's
+    agent) or --jwt-key with --issuer and --audience (tokens name their agent)."""
     from engramdb.mcp import serve
 
     s = settings()
     if transport == "stdio" and s.as_json:
         raise ValidationError("--json does not apply to the MCP server")
-    serve(s.agent(), transport=transport, host=host, port=port)
+    verifier = _verifier(transport, token_env, jwt_key, jwt_algorithm, issuer, audience)
+    engine = s.engine()
+    agent = s.agent()
+
+    def agents(who: Any) -> Any:
+        return engine.agent(who.agent_id, tenant=who.tenant, cap=who.cap, floor=agent.floor)
+
+    serve(
+        agent, transport=transport, host=host, port=port, verifier=verifier, agents=agents,
+        allowed_hosts=allowed_host, allowed_origins=allowed_origin,
+    )  # fmt: skip
+
+
+def _verifier(
+    transport: str,
+    token_env: str | None,
+    jwt_key: str | None,
+    algorithm: str | None,
+    issuer: str | None,
+    audience: str | None,
+) -> Any:
+    """The bearer-token check the options ask for, or None; `ConfigError` for a half-given one."""
+    if transport != "http":
+        if token_env or jwt_key:
+            raise ConfigError("--token-env and --jwt-key apply to --transport http only")
+        return None
+    if token_env and jwt_key:
+        raise ConfigError("give one of --token-env and --jwt-key, not both")
+    try:
+        from engramdb.mcp.auth import JwtTokens, StaticToken
+    except ImportError:
+        raise MissingExtra("the MCP server", "mcp") from None
+    if token_env:
+        token = os.environ.get(token_env)
+        if not token:
+            raise ConfigError(f"the environment variable {token_env} (--token-env) is not set or empty")
+        return StaticToken(token)
+    if jwt_key:
+        if not issuer or not audience:
+            raise ConfigError("--jwt-key needs --issuer and --audience (this server's URL)")
+        key = Path(jwt_key).read_bytes()
+        pem = key.lstrip().startswith(b"-----BEGIN")
+        return JwtTokens(
+            key if pem else key.strip(), algorithms=[algorithm or ("RS256" if pem else "HS256")],
+            issuer=issuer, audience=audience,
+        )  # fmt: skip
+    if issuer or audience or algorithm:
+        raise ConfigError("--issuer, --audience and --jwt-algorithm go with --jwt-key")
+    return None
 
 
 @cli.command("inspect")

@@ -13,20 +13,28 @@ a recall: it is not logged and reinforces nothing.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
 from mcp.server import Server
 
-from engramdb.errors import EngramError, ValidationError
+from engramdb.errors import ConfigError, EngramError, ValidationError
 from engramdb.tools.toolbox import MemoryToolbox, ToolLimits
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
     from engramdb.agent import Agent
+    from engramdb.mcp.auth import Identity, Verifier
+
+#: toolboxes kept for the identities tokens named most recently (one per agent, tenant and cap)
+_TOOLBOXES = 256
 
 RECENT_URI = "engramdb://recent"
 MEMORY_PREFIX = "engramdb://memory/"
@@ -42,29 +50,68 @@ def _version() -> str:
         return "0"
 
 
-def build(agent: Agent, *, limits: ToolLimits | None = None) -> Server[Any]:
-    """The server for `agent` (identity, tenant, cap and floor fixed here, never by a client)."""
+def build(
+    agent: Agent,
+    *,
+    limits: ToolLimits | None = None,
+    verifier: Verifier | None = None,
+    agents: Callable[[Identity], Agent] | None = None,
+) -> Server[Any]:
+    """The server for `agent` (identity, tenant, cap and floor fixed here, never by a client).
+
+    With a `verifier` whose tokens name the agent (`engramdb.mcp.auth.JwtTokens`), each HTTP
+    request acts as the agent its token names, made by `agents`; `agent` is then the ceiling (its
+    cap) and the identity of calls that carry no token (stdio)."""
+    from engramdb.mcp.auth import Identity
+
     box = MemoryToolbox(agent, limits=limits)
+    server_identity = Identity(agent.agent_id, agent.tenant, agent.cap)
     tools = [types.Tool(name=s.name, description=s.description, input_schema=s.parameters) for s in box.specs()]
+    boxes: OrderedDict[Identity, tuple[Agent, MemoryToolbox]] = OrderedDict()
+    lock = threading.Lock()
+
+    def acting(ctx: ServerRequestContext[Any]) -> tuple[Agent, MemoryToolbox]:
+        """The agent and toolbox of the request's token (the server's own without one)."""
+        if verifier is None or agents is None:
+            return agent, box
+        request = ctx.request
+        user = request.scope.get("user") if request is not None and hasattr(request, "scope") else None
+        token = getattr(user, "access_token", None)
+        if token is None:
+            # Over HTTP the bearer middleware refused the request before this; over stdio the
+            # process itself is the caller, and the server's own agent acts.
+            return agent, box
+        who = verifier.identity(token, server_identity)
+        with lock:
+            found = boxes.get(who)
+            if found is None:
+                handle = agents(who)
+                found = boxes[who] = (handle, MemoryToolbox(handle, limits=limits))
+                while len(boxes) > _TOOLBOXES:
+                    boxes.popitem(last=False)
+            else:
+                boxes.move_to_end(who)
+        return found
 
     async def list_tools(
         _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(_ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        text = await anyio.to_thread.run_sync(box.call, params.name, params.arguments or {})
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        _, tools_of = acting(ctx)
+        text = await anyio.to_thread.run_sync(tools_of.call, params.name, params.arguments or {})
         failed = text.startswith(("REFUSED", "ERROR"))
         return types.CallToolResult(content=[types.TextContent(text=text)], is_error=failed)
 
-    def recent() -> str:
+    def recent(agent: Agent) -> str:
         memories = agent.memories()[-RECENT_COUNT:]
         lines = [
             f"{m.id}\t{m.type.value}\t{'shared' if m.shared else m.owner}\t{m.content}" for m in reversed(memories)
         ]
         return "\n".join(lines) or "(no memories yet)"
 
-    def one(memory_id: str) -> str:
+    def one(agent: Agent, memory_id: str) -> str:
         m = agent.get(memory_id, touch=False)
         record = dataclasses.asdict(m)
         for derived in ("recent_accesses", "older_count", "older_newest", "older_oldest"):
@@ -96,14 +143,15 @@ def build(agent: Agent, *, limits: ToolLimits | None = None) -> Server[Any]:
         )  # fmt: skip
 
     async def read_resource(
-        _ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+        ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
+        who, _ = acting(ctx)
         if uri == RECENT_URI:
-            text, mime = await anyio.to_thread.run_sync(recent), "text/plain"
+            text, mime = await anyio.to_thread.run_sync(recent, who), "text/plain"
         elif uri.startswith(MEMORY_PREFIX):
             try:
-                text = await anyio.to_thread.run_sync(one, uri.removeprefix(MEMORY_PREFIX))
+                text = await anyio.to_thread.run_sync(one, who, uri.removeprefix(MEMORY_PREFIX))
             except EngramError as exc:
                 raise _resource_error(uri, exc) from None
             mime = "application/json"
@@ -133,11 +181,96 @@ def _resource_error(uri: str, exc: EngramError | None) -> Exception:
     return MCPError(code=types.INVALID_PARAMS, message=message)
 
 
-def run(agent: Agent, *, transport: str, host: str, port: int, limits: ToolLimits | None = None) -> None:
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_patterns(host: str, port: int, extra: Sequence[str]) -> list[str]:
+    """The Host header values a request may carry: the loopback names, the bound address (unless
+    a wildcard) and what the operator added (``name`` or ``name:port``)."""
+    allowed = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
+    if host not in ("0.0.0.0", "::", "") and not _loopback(host):
+        allowed.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    for name in extra:
+        allowed.append(name if ":" in name.removeprefix("[").split("]")[-1] else f"{name}:{port}")
+    return allowed
+
+
+def http_app(
+    agent: Agent,
+    *,
+    host: str,
+    port: int,
+    limits: ToolLimits | None = None,
+    verifier: Verifier | None = None,
+    agents: Callable[[Identity], Agent] | None = None,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    public_url: str | None = None,
+) -> Any:
+    """The streamable-HTTP ASGI app (at ``/mcp``): Host and Origin checked on every request (a
+    foreign Origin gets 403, a foreign Host 421, as the MCP transport spec asks), and with a
+    `verifier`, a valid bearer token required (401 with ``WWW-Authenticate`` otherwise).
+    `ConfigError` for an address beyond this machine without a verifier."""
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.transport_security import TransportSecuritySettings
+    from pydantic import AnyHttpUrl
+
+    from engramdb.mcp.auth import JwtTokens
+
+    if verifier is None and not _loopback(host):
+        raise ConfigError(
+            f"refusing to serve memories on {host!r} without authentication: anyone who can reach the port "
+            "could read them; pass a token (--token-env, or --jwt-key with --issuer and --audience), or bind 127.0.0.1"
+        )
+    if isinstance(verifier, JwtTokens) and agents is None:
+        raise ConfigError(
+            "tokens that name their agent need a way to make agents: pass agents=engine.agent-like callable"
+        )
+    origins = [f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}", *allowed_origins]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=_host_patterns(host, port, allowed_hosts),
+        allowed_origins=origins,
+    )
+    server = build(agent, limits=limits, verifier=verifier, agents=agents)
+    auth = None
+    if verifier is not None:
+        url = public_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/mcp"
+        if isinstance(verifier, JwtTokens):
+            url = verifier.audience
+        issuer = verifier.issuer if isinstance(verifier, JwtTokens) else url
+        auth = AuthSettings(
+            issuer_url=AnyHttpUrl(issuer),
+            resource_server_url=AnyHttpUrl(url) if isinstance(verifier, JwtTokens) else None,
+            # the verifier checks the audience itself (JwtTokens: `aud` must be the server's URL)
+            validate_token_resource=False if isinstance(verifier, JwtTokens) else None,
+        )
+    return server.streamable_http_app(host=host, transport_security=security, auth=auth, token_verifier=verifier)
+
+
+def run(
+    agent: Agent,
+    *,
+    transport: str,
+    host: str,
+    port: int,
+    limits: ToolLimits | None = None,
+    verifier: Verifier | None = None,
+    agents: Callable[[Identity], Agent] | None = None,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+) -> None:
     """Serve over stdio or streamable HTTP until done."""
-    server = build(agent, limits=limits)
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
+
+        server = build(agent, limits=limits)
 
         async def main() -> None:
             async with stdio_server() as (read, write):
@@ -149,5 +282,8 @@ def run(agent: Agent, *, transport: str, host: str, port: int, limits: ToolLimit
         raise ValidationError(f"unknown transport {transport!r}; use stdio or http")
     import uvicorn
 
-    app = server.streamable_http_app(host=host)
+    app = http_app(
+        agent, host=host, port=port, limits=limits, verifier=verifier, agents=agents,
+        allowed_hosts=allowed_hosts, allowed_origins=allowed_origins,
+    )  # fmt: skip
     uvicorn.run(app, host=host, port=port, log_level="warning")

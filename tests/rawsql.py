@@ -24,6 +24,21 @@ def raw_query(engine: DynamicMemoryEngine, sql: str, params: tuple[Any, ...] = (
         db.close()
 
 
+def raw_execute(engine: DynamicMemoryEngine, sql: str, params: tuple[Any, ...] = ()) -> None:
+    """Run one write against `engine`'s store past the engine, committed (to set up a state the
+    public API cannot make, e.g. what an older release or an earlier run left)."""
+    location = engine.backend.location
+    if location.startswith(("postgresql://", "postgres://")):
+        _postgres(engine, sql + " RETURNING 1", params)
+        return
+    db = sqlite3.connect(engine.path)
+    try:
+        with db:
+            db.execute(sql, params)
+    finally:
+        db.close()
+
+
 def raw_count(engine: DynamicMemoryEngine, sql: str, params: tuple[Any, ...] = ()) -> int:
     """The single number a ``SELECT count(*) …`` returns."""
     return int(raw_query(engine, sql, params)[0][0])

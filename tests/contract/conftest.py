@@ -42,6 +42,7 @@ def memory(**fields: Any) -> Memory:
         "confidentiality": Confidentiality.PUBLIC,
         "last_access": 1_000.0,
         "access_count": 1,
+        "importance_source": "default",  # as `remember` without an importance: reflection may rescore it
     }
     values.update(fields)
     return Memory(**values)

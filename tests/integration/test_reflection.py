@@ -26,9 +26,10 @@ from engramdb.memories.reflection import (
     rescored_importance,
 )
 from engramdb.memories.scoring import sigmoid
+from engramdb.memories.transfer import export_records
 from engramdb.storage.sqlite.locks import lock_path
 from engramdb.testing import FixedClock, fake_embedder
-from tests.rawsql import raw_count
+from tests.rawsql import raw_count, raw_execute
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -244,14 +245,16 @@ def test_link_never_crosses_owners_or_confidentiality_levels(eng: DynamicMemoryE
 # -- 4. rescore -------------------------------------------------------------------------------
 
 
-def test_rescore_follows_the_formula_and_never_drops_a_memory_at_eight_below_eight(
+def test_rescore_follows_the_formula_on_what_no_caller_scored_and_never_drops_one_at_eight_below_eight(
     eng: DynamicMemoryEngine, alice: Agent, clock: FixedClock
 ) -> None:
-    plain = put(alice, "The cafeteria closes at three on Fridays", importance=3, salience=0.5)
-    high = put(alice, "Never restart the primary during business hours", importance=9)
-    edge = put(alice, "The backup bucket is in eu-west", importance=8)
-    top = put(alice, "Production credentials live in the vault", importance=10, salience=1)
-    below = put(alice, "The team lunch is on Thursday", importance=7.9)
+    plain = put(alice, "The cafeteria closes at three on Fridays", salience=0.5)  # nobody scored these
+    high = put(alice, "Never restart the primary during business hours")
+    edge = put(alice, "The backup bucket is in eu-west")
+    top = put(alice, "Production credentials live in the vault", salience=1)
+    below = put(alice, "The team lunch is on Thursday")
+    for m, imp in ((high, 9.0), (edge, 8.0), (top, 10.0), (below, 7.9)):  # what earlier runs made of them
+        raw_execute(eng, "UPDATE engram_memories SET importance = ?, imp_source = 2 WHERE id = ?", (imp, m.id))
     clock.advance(HOUR)
     changed_before = count(eng, "SELECT changed FROM engram_memories WHERE id = ?", plain.id)
 
@@ -259,14 +262,61 @@ def test_rescore_follows_the_formula_and_never_drops_a_memory_at_eight_below_eig
 
     # one access (creation) an hour ago: B = ln(3600^-0.5)
     rec = sigmoid(math.log(HOUR**-0.5))
-    got = {m.id: alice.get(m.id, touch=False).importance for m in (plain, high, edge, top, below)}
-    assert got[plain.id] == pytest.approx(0.5 * 3 + 3 * 0.5 + 2 * rec)
-    assert got[high.id] == 8.0  # 0.5·9 + 2σ(B) ≈ 4.53, floored
-    assert got[edge.id] == 8.0
-    assert got[top.id] == pytest.approx(5 + 3 + 2 * rec)
-    assert got[below.id] == pytest.approx(0.5 * 7.9 + 2 * rec)  # under the floor: no protection
+    got = {m.id: alice.get(m.id, touch=False) for m in (plain, high, edge, top, below)}
+    assert got[plain.id].importance == pytest.approx(0.5 * 5 + 3 * 0.5 + 2 * rec)
+    assert got[high.id].importance == 8.0  # 0.5·9 + 2σ(B) ≈ 4.53, floored
+    assert got[edge.id].importance == 8.0
+    assert got[top.id].importance == pytest.approx(5 + 3 + 2 * rec)
+    assert got[below.id].importance == pytest.approx(0.5 * 7.9 + 2 * rec)  # under the floor: no protection
+    assert {m.importance_source for m in got.values()} == {"reflection"}
     assert report.rescored == 4 and report.step("rescore").examined == 5  # the one at exactly 8 stays 8
     assert count(eng, "SELECT changed FROM engram_memories WHERE id = ?", plain.id) > changed_before
+
+
+def test_reflect_never_rescores_an_importance_a_caller_set(
+    eng: DynamicMemoryEngine, alice: Agent, clock: FixedClock
+) -> None:
+    """A default reflect() rewrote callers' importances (7 → 4.5, 5 → 3.5, 0 → 1.0)."""
+    given = [7.0, 5.0, 0.0, 10.0, 2.5, 8.0, 9.5, 1.0, 6.0, 3.0]
+    mine = [put(alice, f"{FILLER[i % len(FILLER)]} note number {i}", importance=imp) for i, imp in enumerate(given)]
+    unscored = [put(alice, f"an unscored {FILLER[i % len(FILLER)]} remark {i}", salience=0.9) for i in range(10)]
+    corrected = put(alice, "The standup moved to ten")
+    alice.update(corrected.id, importance=6.5)  # a caller's too, set after the write
+    clock.advance(HOUR)
+
+    report = alice.reflect()
+
+    for m, imp in zip(mine, given, strict=True):
+        kept = alice.get(m.id, touch=False)
+        assert (kept.importance, kept.importance_source) == (imp, "caller")
+    assert alice.get(corrected.id, touch=False).importance == 6.5
+    rescored = [alice.get(m.id, touch=False) for m in unscored]
+    assert all(m.importance_source == "reflection" and m.importance != 5.0 for m in rescored)
+    assert report.step("rescore").examined == len(unscored)
+    # and a caller who scores a rescored memory takes it back
+    alice.update(unscored[0].id, importance=4.0)
+    alice.reflect()
+    back = alice.get(unscored[0].id, touch=False)
+    assert (back.importance, back.importance_source) == (4.0, "caller")
+
+
+def test_what_sets_an_importance_is_kept_through_export_and_import(
+    make_engine: Callable[..., DynamicMemoryEngine], alice: Agent
+) -> None:
+    a = put(alice, "A scored memory", importance=7)
+    b = put(alice, "An unscored memory")
+    records = list(export_records(alice))
+    other = make_engine("other", memory_embedder=fake_embedder()).agent("alice")
+    other.import_records(records)
+    assert other.get(a.id, touch=False).importance_source == "caller"
+    assert other.get(b.id, touch=False).importance_source == "default"
+    # an export from before the field existed: 5.0 counts as nobody's, other values as a caller's
+    for r in records:
+        r.pop("importance_source", None)
+    third = make_engine("third", memory_embedder=fake_embedder()).agent("alice")
+    third.import_records(records)
+    assert third.get(a.id, touch=False).importance_source == "caller"
+    assert third.get(b.id, touch=False).importance_source == "default"
 
 
 def test_rescored_importance_is_clamped_and_floored() -> None:
@@ -566,7 +616,7 @@ def test_a_threading_event_stops_the_run_after_the_current_item(eng: DynamicMemo
 def test_an_interrupted_rescore_commits_exactly_the_rows_it_processed(
     eng: DynamicMemoryEngine, alice: Agent, clock: FixedClock
 ) -> None:
-    mems = [put(alice, f"{text} ({i})", importance=5) for i, text in enumerate(FILLER * 2)]
+    mems = [put(alice, f"{text} ({i})") for i, text in enumerate(FILLER * 2)]  # nobody scored them
     clock.advance(DAY)
     calls = iter(range(1000))
     report = Reflector(alice, ReflectionConfig(batch=2)).rescore(should_stop=lambda: next(calls) >= 5)

@@ -254,6 +254,9 @@ class Memory:
     older_count: int = field(default=0, repr=False)
     older_newest: float | None = field(default=None, repr=False)
     older_oldest: float | None = field(default=None, repr=False)
+    #: who set `importance`: "caller" (given to remember / update / import), "default" (nobody:
+    #: 5.0), or "reflection" (rescored by `Agent.reflect`, which only rescores what no caller set)
+    importance_source: str = "caller"
     #: retention now (exp(−Δt/S), evaluated on read) and the projected prune time, when known
     retention: float | None = None
     prune_at: float | None = None
@@ -278,6 +281,10 @@ def _unit(name: str, value: object, lo: float, hi: float) -> float:
     if not lo <= value <= hi:
         raise ValidationError(f"{name} must be from {lo:g} to {hi:g}, got {value!r}")
     return float(value)
+
+
+#: `Memory.importance_source` values, by the number the stores keep
+IMPORTANCE_SOURCES = ("default", "caller", "reflection")
 
 
 def check_scores(importance: object, salience: object, confidence: object) -> tuple[float, float, float]:

@@ -100,7 +100,7 @@ def intend(
     cue: object = None,
     trigger: object = None,
     repeat: bool = False,
-    importance: float = 5.0,
+    importance: float | None = None,
     title: str = "",
     tags: Iterable[str] | None = None,
     refs: Iterable[MemoryRef] | None = None,

@@ -12,7 +12,9 @@
     3. link       neighbours: 0.80 ≤ cosine < 0.95, same owner and confidentiality → ``related``
                   edges weighted by the cosine, at most 5 new edges touching any one memory.
     4. rescore    importance ← clamp(0.5·importance + 3·salience + 2·σ(B), 0, 10), where B is the
-                  ACT-R base level; a memory at ≥ 8 never drops below 8.
+                  ACT-R base level; a memory at ≥ 8 never drops below 8. Only memories whose
+                  importance no caller set (`Memory.importance_source` "default" or "reflection"):
+                  an importance given to remember, update or import is the caller's and stays.
     5. abstract   episodes into ``reflection`` gists, only with a `Reasoner`; each gist has
                   ``derived_from`` edges to its episodes.
     6. prune      decayed memories, through the guarded prune of `engramdb.memories.forgetting`.
@@ -428,8 +430,11 @@ class Reflector:
         tags = _union(keep.tags, dup.tags)
         refs = keep.refs + tuple(r for r in dup.refs if (r.kind, r.key) not in {(x.kind, x.key) for x in keep.refs})
         lasts = [t for t in (keep.last_access, dup.last_access) if t is not None]
+        # The survivor keeps the higher importance, and with it who set it (a caller's, on a tie).
+        higher = max((keep, dup), key=lambda m: (m.importance, m.importance_source == "caller"))
         fold = Fold(
-            importance=max(keep.importance, dup.importance), salience=max(keep.salience, dup.salience),
+            importance=higher.importance, importance_source=higher.importance_source,
+            salience=max(keep.salience, dup.salience),
             confidence=max(keep.confidence, dup.confidence), strength=keep.strength + dup.strength,
             access_count=keep.access_count + dup.access_count, ring=ring, old_count=old_count, old_newest=old_newest,
             old_oldest=old_oldest, last_access=max(lasts) if lasts else None,

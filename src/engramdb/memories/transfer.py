@@ -223,6 +223,12 @@ def _memory(
     content = mm.check_content(r.get("content"), limits)
     mtype = mm.check_type(r.get("type", "info"))
     imp, sal, conf = mm.check_scores(r.get("importance", 5.0), r.get("salience", 0.0), r.get("confidence", 1.0))
+    # An export from before the field was kept says nothing: as the stores' migration reads old rows.
+    source = r.get("importance_source", "default" if imp == 5.0 else "caller")
+    if source not in mm.IMPORTANCE_SOURCES:
+        raise ValidationError(
+            f"memory {mid}: importance_source must be one of {', '.join(mm.IMPORTANCE_SOURCES)}, got {source!r}"
+        )
     vfrom, vto = mm.check_validity(r.get("valid_from"), r.get("valid_to"))
     title = str(r.get("title") or "")
     tags = mm.check_labels("tags", r.get("tags"))
@@ -236,7 +242,7 @@ def _memory(
         recorded_at=float(r.get("recorded_at", created)), valid_from=vfrom, valid_to=vto,
         status=mm.check_status(mtype, r.get("status")), refs=tuple(MemoryRef.from_json(x) for x in r.get("refs") or ()),
         last_access=None if r.get("last_access") is None else float(r["last_access"]),
-        access_count=int(r.get("access_count", len(recent))), recent_accesses=recent,
+        access_count=int(r.get("access_count", len(recent))), recent_accesses=recent, importance_source=source,
     )  # fmt: skip
     restored = Restored(
         strength=int(r.get("strength", 0)), version=int(r.get("version", 1)), archived=bool(r.get("archived", False)),

@@ -47,7 +47,7 @@ class MemoryFields(TypedDict, total=False):
 
     content: str
     type: MemoryType | str
-    importance: float
+    importance: float | None  # None: nobody scored it (5.0; reflection may rescore it)
     salience: float
     confidence: float
     tags: Iterable[str] | None
@@ -100,8 +100,9 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float, limits: mm.Lim
         raise ValidationError(f"unknown memory field(s): {', '.join(sorted(unknown))}")
     content = mm.check_content(item.get("content"), limits)
     mtype = mm.check_type(item.get("type", MemoryType.INFO))
+    given = item.get("importance")
     imp, sal, conf = mm.check_scores(
-        item.get("importance", 5.0), item.get("salience", 0.0), item.get("confidence", 1.0)
+        5.0 if given is None else given, item.get("salience", 0.0), item.get("confidence", 1.0)
     )
     status = mm.check_status(mtype, item.get("status"))
     vfrom, vto = mm.check_validity(item.get("valid_from"), item.get("valid_to"))
@@ -126,6 +127,8 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float, limits: mm.Lim
         "content": content,
         "type": mtype,
         "scores": (imp, sal, conf),
+        # nobody scored it: reflection may rescore it from salience and use
+        "importance_source": "default" if given is None else "caller",
         "status": status,
         "validity": (vfrom, vto),
         "title": title,
@@ -556,7 +559,7 @@ def _insert(
             importance=p["scores"][0], salience=p["scores"][1], confidence=p["scores"][2],
             confidentiality=p["level"], created_at=p["created_at"], recorded_at=now, valid_from=p["validity"][0],
             valid_to=p["validity"][1], status=p["status"], refs=p["refs"], last_access=now, access_count=1,
-            recent_accesses=(now,),
+            recent_accesses=(now,), importance_source=p["importance_source"],
         )  # fmt: skip
         items.append(NewMemory(memory, p["hash"], cue_terms(memory.title, memory.content, *memory.tags), ring))
         out.append(memory)
@@ -641,7 +644,7 @@ def update(
             version += 1
         change = ContentChange(
             content=new_content, title=new_title, tags=new_tags, importance=imp, salience=sal, confidence=conf,
-            status=new_status, version=version, n_chars=len(new_content), n_tokens=approx_tokens(new_content),
+            importance_source=fresh.memory.importance_source if importance is None else "caller", status=new_status, version=version, n_chars=len(new_content), n_tokens=approx_tokens(new_content),
             n_sentences=mm.count_sentences(new_content), content_hash=content_hash(new_content),
             terms=cue_terms(new_title, new_content, *new_tags), confidentiality=level,
         )  # fmt: skip

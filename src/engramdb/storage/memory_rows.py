@@ -10,13 +10,22 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from engramdb.memories.model import Confidentiality, Memory, MemoryRef, MemoryType, TodoStatus, Visibility
+from engramdb.memories.model import (
+    IMPORTANCE_SOURCES,
+    Confidentiality,
+    Memory,
+    MemoryRef,
+    MemoryType,
+    TodoStatus,
+    Visibility,
+)
 from engramdb.memories.text import unpack_times
 
 MEMORY_COLUMNS = (
     "n, id, tenant, owner, author, type, title, content, tags, entities, n_chars, n_tokens, n_sentences, "
     "importance, salience, confidence, strength, confidentiality, created_at, recorded_at, valid_from, "
-    "valid_to, archived, status, refs, version, ring, access_count, old_count, old_newest, old_oldest, last_access"
+    "valid_to, archived, status, refs, version, ring, access_count, old_count, old_newest, old_oldest, last_access, "
+    "imp_source"
 )
 
 
@@ -31,6 +40,13 @@ def _member(members: dict[Any, Any], enum: Any, value: Any) -> Any:
     return enum(value) if found is None else found
 
 
+#: the number a store keeps for each `Memory.importance_source`
+SOURCE_CODES = {name: i for i, name in enumerate(IMPORTANCE_SOURCES)}
+#: `imp_source` of a caller's importance: reflection never rescores these
+CALLER = SOURCE_CODES["caller"]
+REFLECTION = SOURCE_CODES["reflection"]
+
+
 def labels(text: str) -> tuple[str, ...]:
     """Tags or entities as stored (JSON text) as a tuple."""
     return tuple(json.loads(text)) if text and text != "[]" else ()  # most have none: no parse
@@ -41,7 +57,7 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
     (
         _n, mid, tenant, owner, author, mtype, title, content, tags, entities, n_chars, n_tokens, n_sent,
         imp, sal, conf, strength, level, created, recorded, vfrom, vto, archived, status, refs, version,
-        ring, count, old_count, old_newest, old_oldest, last,
+        ring, count, old_count, old_newest, old_oldest, last, imp_source,
     ) = row  # fmt: skip
     return Memory(
         id=mid,
@@ -75,6 +91,7 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
         older_count=old_count,
         older_newest=old_newest,
         older_oldest=old_oldest,
+        importance_source=IMPORTANCE_SOURCES[imp_source],
     )
 
 

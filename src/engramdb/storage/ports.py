@@ -93,6 +93,7 @@ class ContentChange:
     content_hash: str
     terms: str
     confidentiality: Confidentiality
+    importance_source: str = "caller"  # `Memory.importance_source`
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,7 @@ class Fold:
     entities: tuple[str, ...]
     refs: tuple[MemoryRef, ...]
     terms: str
+    importance_source: str = "caller"  # of the memory whose importance the survivor keeps
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,7 @@ class MemoryEntry:
 
     content: str
     type: MemoryType = MemoryType.INFO
-    importance: float = 5.0
+    importance: float | None = None  # None: nobody scored it (5.0, which reflection may rescore)
     salience: float = 0.0
     confidence: float = 1.0
     tags: tuple[str, ...] = ()

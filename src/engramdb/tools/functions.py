@@ -111,7 +111,7 @@ def remember(
     content: str,
     ctx: Any,
     type: str = "info",
-    importance: float = 5.0,
+    importance: float | None = None,
     tags: list[str] | None = None,
     shared: bool = False,
 ) -> str:

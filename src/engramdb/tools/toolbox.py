@@ -229,7 +229,7 @@ class MemoryToolbox:
 
     def _remember(self, a: dict[str, Any]) -> str:
         m = self._agent.remember(
-            a["content"], type=a.get("type", "info"), importance=a.get("importance", 5.0), tags=a.get("tags"),
+            a["content"], type=a.get("type", "info"), importance=a.get("importance"), tags=a.get("tags"),
             shared=a.get("shared", False),
         )  # fmt: skip
         return f"OK: remembered as {m.id} ({m.type.value}, {'shared' if m.shared else 'private'})."
@@ -260,7 +260,7 @@ class MemoryToolbox:
 
     def _todo_add(self, a: dict[str, Any]) -> str:
         m = self._agent.remember(
-            a["content"], type=MemoryType.TODO, importance=a.get("importance", 5.0), shared=a.get("shared", False)
+            a["content"], type=MemoryType.TODO, importance=a.get("importance"), shared=a.get("shared", False)
         )
         return f"OK: todo {m.id} added ({'shared' if m.shared else 'private'}, open)."
 

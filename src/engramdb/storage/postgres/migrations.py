@@ -201,12 +201,21 @@ def _m0005_unused_access_indexes(db: psycopg.Connection[Any]) -> None:
     db.execute("DROP INDEX IF EXISTS engram.engram_access_channel")
 
 
+def _m0006_importance_source(db: psycopg.Connection[Any]) -> None:
+    # As SQLite's migration 14: who set each importance (0 nobody, 1 a caller, 2 reflection), so
+    # that reflection rescores only what no caller scored. A stored row cannot say: one at 5.0,
+    # the default, counts as nobody's; any other value as a caller's, which reflection keeps.
+    db.execute("ALTER TABLE engram.engram_memories ADD COLUMN IF NOT EXISTS imp_source smallint NOT NULL DEFAULT 1")
+    db.execute("UPDATE engram.engram_memories SET imp_source = 0 WHERE importance = 5.0")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "engine_tables", _m0001_engine_tables),
     Migration(2, "row_level_security", _m0002_row_level_security),
     Migration(3, "engine_role", _m0003_engine_role),
     Migration(4, "tombstone_levels", _m0004_tombstone_levels),
     Migration(5, "unused_access_indexes", _m0005_unused_access_indexes),
+    Migration(6, "importance_source", _m0006_importance_source),
 )
 
 

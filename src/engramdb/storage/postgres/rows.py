@@ -13,7 +13,16 @@ from typing import Any
 import psycopg
 
 from engramdb.memories.model import Confidentiality, Memory, MemoryRef, TodoStatus, Visibility
-from engramdb.storage.memory_rows import MEMORY_COLUMNS, TAGS_JSON, labels, listing_filter, row_to_memory
+from engramdb.storage.memory_rows import (
+    CALLER,
+    MEMORY_COLUMNS,
+    REFLECTION,
+    SOURCE_CODES,
+    TAGS_JSON,
+    labels,
+    listing_filter,
+    row_to_memory,
+)
 from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
@@ -36,8 +45,8 @@ _TRIGGER = "trigger"  # the ref kind of intent triggers (engramdb.memories.prosp
 _INSERT = (
     f"INSERT INTO {M} (n, id, tenant, owner, author, type, title, content, tags, entities, n_chars, "  # noqa: S608 - engine table names and predicates, values bound
     "n_tokens, n_sentences, importance, salience, confidence, confidentiality, created_at, recorded_at, "
-    "valid_from, valid_to, status, refs, content_hash, terms, ring, access_count, last_access, changed) "
-    "VALUES (" + ", ".join(["%s"] * 29) + ")"
+    "valid_from, valid_to, status, refs, content_hash, terms, ring, access_count, last_access, changed, imp_source) "
+    "VALUES (" + ", ".join(["%s"] * 30) + ")"
 )
 # A time trigger's epoch: the number after 'time:' (a key that is not one never matches).
 _EPOCH = r"substring({k} from 'time:([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)$')"
@@ -93,7 +102,7 @@ class PgMemoryRows:
                         m.n_sentences, m.importance, m.salience, m.confidence, int(m.confidentiality),
                         m.created_at, m.recorded_at, m.valid_from, m.valid_to,
                         m.status.value if m.status else None, refs_json(m.refs), item.content_hash, item.terms,
-                        item.ring, m.access_count, m.last_access, change,
+                        item.ring, m.access_count, m.last_access, change, SOURCE_CODES[m.importance_source],
                     )
                 )  # fmt: skip
             with db.cursor() as cur:
@@ -127,10 +136,11 @@ class PgMemoryRows:
         self._exec(
             KEYS,
             f"UPDATE {M} SET content = %s, title = %s, tags = %s, importance = %s, salience = %s, confidence = %s, "  # noqa: S608 - engine table names and predicates, values bound
-            "status = %s, version = %s, n_chars = %s, n_tokens = %s, n_sentences = %s, content_hash = %s, terms = %s, "
-            "changed = %s, confidentiality = GREATEST(confidentiality, %s) WHERE n = %s",  # never lowered
+            "imp_source = %s, status = %s, version = %s, n_chars = %s, n_tokens = %s, n_sentences = %s, "
+            "content_hash = %s, terms = %s, changed = %s, confidentiality = GREATEST(confidentiality, %s) WHERE n = %s",
             (
                 c.content, c.title, json.dumps(list(c.tags)), c.importance, c.salience, c.confidence,
+                SOURCE_CODES[c.importance_source],
                 c.status.value if c.status else None, c.version, c.n_chars, c.n_tokens, c.n_sentences,
                 c.content_hash, c.terms, stamp, int(c.confidentiality), key,
             ),
@@ -201,11 +211,11 @@ class PgMemoryRows:
 
         def go(db: psycopg.Connection[Any]) -> None:
             db.execute(
-                f"UPDATE {M} SET importance = %s, salience = %s, confidence = %s, strength = %s, access_count = %s, "  # noqa: S608 - engine table names and predicates, values bound
-                "ring = %s, old_count = %s, old_newest = %s, old_oldest = %s, last_access = %s, confidentiality = %s, "
-                "tags = %s, entities = %s, refs = %s, terms = %s, changed = %s WHERE n = %s",
+                f"UPDATE {M} SET importance = %s, imp_source = %s, salience = %s, confidence = %s, strength = %s, "  # noqa: S608 - engine table names and predicates, values bound
+                "access_count = %s, ring = %s, old_count = %s, old_newest = %s, old_oldest = %s, last_access = %s, "
+                "confidentiality = %s, tags = %s, entities = %s, refs = %s, terms = %s, changed = %s WHERE n = %s",
                 (
-                    f.importance, f.salience, f.confidence, f.strength, f.access_count, f.ring, f.old_count,
+                    f.importance, SOURCE_CODES[f.importance_source], f.salience, f.confidence, f.strength, f.access_count, f.ring, f.old_count,
                     f.old_newest, f.old_oldest, f.last_access, int(f.confidentiality), json.dumps(list(f.tags)),
                     json.dumps(list(f.entities)), refs_json(f.refs), f.terms, stamp, keep,
                 ),
@@ -217,7 +227,9 @@ class PgMemoryRows:
     def set_importance(self, updates: Sequence[tuple[float, int]], stamp: int) -> None:
         self._many(
             KEYS,
-            f"UPDATE {M} SET importance = %s, changed = %s WHERE n = %s",  # noqa: S608 - engine table names and predicates, values bound
+            # never a caller's, whatever raced: reflection rescores only what no caller scored
+            f"UPDATE {M} SET importance = %s, imp_source = {REFLECTION}, changed = %s "  # noqa: S608 - engine table names and predicates, values bound
+            f"WHERE n = %s AND imp_source <> {CALLER}",
             [(imp, stamp, n) for imp, n in updates],
         )
 
@@ -400,7 +412,7 @@ class PgMemoryRows:
         rows = self._fetch(
             vis.tenant,
             "SELECT m.n, m.importance, m.salience, m.ring, m.old_count, m.old_newest, m.old_oldest "  # noqa: S608 - engine table names and predicates, values bound
-            f"FROM {M} m WHERE m.n > %(r_after)s AND {pred} ORDER BY m.n LIMIT %(r_limit)s",
+            f"FROM {M} m WHERE m.n > %(r_after)s AND {pred} AND m.imp_source <> {CALLER} ORDER BY m.n LIMIT %(r_limit)s",
             dict(params, r_after=after, r_limit=limit),
         )
         return [

@@ -234,6 +234,16 @@ def _m0013_hash_index_on_demand(db: sqlite3.Connection) -> None:
     db.execute("DROP INDEX IF EXISTS engram_memories_hash")
 
 
+def _m0014_importance_source(db: sqlite3.Connection) -> None:
+    # Who set each importance (0 nobody, 1 a caller, 2 reflection), so that reflection rescores
+    # only what no caller scored. A stored row cannot say: one at 5.0, the default, counts as
+    # nobody's; any other value as a caller's, which reflection keeps.
+    have = {r[1] for r in db.execute("PRAGMA table_info(engram_memories)")}
+    if "imp_source" not in have:  # a file whose migration records were rewound replays this
+        db.execute("ALTER TABLE engram_memories ADD COLUMN imp_source INTEGER NOT NULL DEFAULT 1")
+        db.execute("UPDATE engram_memories SET imp_source = 0 WHERE importance = 5.0")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "meta", _m0001_meta),
     Migration(2, "row_vectors", _m0002_row_vectors),
@@ -248,6 +258,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "unused_access_indexes", _m0011_unused_access_indexes),
     Migration(12, "wipe_table", _m0012_wipe_table),
     Migration(13, "hash_index_on_demand", _m0013_hash_index_on_demand),
+    Migration(14, "importance_source", _m0014_importance_source),
 )
 
 

@@ -14,7 +14,16 @@ from engramdb.memories.model import (
     TodoStatus,
     Visibility,
 )
-from engramdb.storage.memory_rows import MEMORY_COLUMNS, TAGS_JSON, labels, listing_filter, row_to_memory
+from engramdb.storage.memory_rows import (
+    CALLER,
+    MEMORY_COLUMNS,
+    REFLECTION,
+    SOURCE_CODES,
+    TAGS_JSON,
+    labels,
+    listing_filter,
+    row_to_memory,
+)
 from engramdb.storage.ports import (
     AccessState,
     AccessUpdate,
@@ -107,14 +116,14 @@ class SqliteMemoryRows:
                     json.dumps(list(m.entities)), m.n_chars, m.n_tokens, m.n_sentences, m.importance, m.salience,
                     m.confidence, int(m.confidentiality), m.created_at, m.recorded_at, m.valid_from, m.valid_to,
                     m.status.value if m.status else None, _refs_json(m.refs), item.content_hash, item.terms,
-                    item.ring, m.access_count, m.last_access, change,
+                    item.ring, m.access_count, m.last_access, change, SOURCE_CODES[m.importance_source],
                 )
             )  # fmt: skip
         db.executemany(
             "INSERT INTO engram_memories (n, id, tenant, owner, author, type, title, content, tags, entities, n_chars, "
             "n_tokens, n_sentences, importance, salience, confidence, confidentiality, created_at, recorded_at, "
-            "valid_from, valid_to, status, refs, content_hash, terms, ring, access_count, last_access, changed) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "valid_from, valid_to, status, refs, content_hash, terms, ring, access_count, last_access, changed, "
+            "imp_source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             rows,
         )
         return keys
@@ -124,10 +133,11 @@ class SqliteMemoryRows:
         c = change
         self._db().execute(
             "UPDATE engram_memories SET content = ?, title = ?, tags = ?, importance = ?, salience = ?, confidence = ?, "
-            "status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, terms = ?, changed = ?, "
-            "confidentiality = max(confidentiality, ?) WHERE n = ?",  # never lowered, whatever raced
+            "imp_source = ?, status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, "
+            "terms = ?, changed = ?, confidentiality = max(confidentiality, ?) WHERE n = ?",  # never lowered, whatever raced
             (
                 c.content, c.title, json.dumps(list(c.tags)), c.importance, c.salience, c.confidence,
+                SOURCE_CODES[c.importance_source],
                 c.status.value if c.status else None, c.version, c.n_chars, c.n_tokens, c.n_sentences,
                 c.content_hash, c.terms, stamp, int(c.confidentiality), key,
             ),
@@ -198,11 +208,11 @@ class SqliteMemoryRows:
         f = fold
         db = self._db()
         db.execute(
-            "UPDATE engram_memories SET importance = ?, salience = ?, confidence = ?, strength = ?, access_count = ?, "
-            "ring = ?, old_count = ?, old_newest = ?, old_oldest = ?, last_access = ?, confidentiality = ?, tags = ?, "
-            "entities = ?, refs = ?, terms = ?, changed = ? WHERE n = ?",
+            "UPDATE engram_memories SET importance = ?, imp_source = ?, salience = ?, confidence = ?, strength = ?, "
+            "access_count = ?, ring = ?, old_count = ?, old_newest = ?, old_oldest = ?, last_access = ?, "
+            "confidentiality = ?, tags = ?, entities = ?, refs = ?, terms = ?, changed = ? WHERE n = ?",
             (
-                f.importance, f.salience, f.confidence, f.strength, f.access_count, f.ring, f.old_count, f.old_newest,
+                f.importance, SOURCE_CODES[f.importance_source], f.salience, f.confidence, f.strength, f.access_count, f.ring, f.old_count, f.old_newest,
                 f.old_oldest, f.last_access, int(f.confidentiality), json.dumps(list(f.tags)),
                 json.dumps(list(f.entities)), _refs_json(f.refs), f.terms, stamp, keep,
             ),
@@ -212,7 +222,9 @@ class SqliteMemoryRows:
     @translated
     def set_importance(self, updates: Sequence[tuple[float, int]], stamp: int) -> None:
         self._db().executemany(
-            "UPDATE engram_memories SET importance = ?, changed = ? WHERE n = ?",
+            # never a caller's, whatever raced: reflection rescores only what no caller scored
+            f"UPDATE engram_memories SET importance = ?, imp_source = {REFLECTION}, changed = ? "  # noqa: S608 - constants
+            f"WHERE n = ? AND imp_source <> {CALLER}",
             [(imp, stamp, n) for imp, n in updates],
         )
 
@@ -445,7 +457,8 @@ class SqliteMemoryRows:
             self._db()
             .execute(
                 "SELECT m.n, m.importance, m.salience, m.ring, m.old_count, m.old_newest, m.old_oldest "  # noqa: S608
-                f"FROM engram_memories m WHERE m.n > :r_after AND {pred} ORDER BY m.n LIMIT :r_limit",
+                f"FROM engram_memories m WHERE m.n > :r_after AND {pred} AND m.imp_source <> {CALLER} "
+                "ORDER BY m.n LIMIT :r_limit",
                 dict(params, r_after=after, r_limit=limit),
             )
             .fetchall()

@@ -66,7 +66,17 @@ def build(
 
     box = MemoryToolbox(agent, limits=limits)
     server_identity = Identity(agent.agent_id, agent.tenant, agent.cap)
-    tools = [types.Tool(name=s.name, description=s.description, input_schema=s.parameters) for s in box.specs()]
+    tools = [
+        types.Tool(
+            name=s.name, title=s.title, description=s.description, input_schema=s.parameters,
+            output_schema=s.output or None,
+            annotations=types.ToolAnnotations(
+                title=s.title, read_only_hint=s.read_only, destructive_hint=s.destructive,
+                idempotent_hint=s.idempotent, open_world_hint=False,  # nothing outside the store
+            ),
+        )
+        for s in box.specs()
+    ]  # fmt: skip
     boxes: OrderedDict[Identity, tuple[Agent, MemoryToolbox]] = OrderedDict()
     lock = threading.Lock()
 
@@ -100,9 +110,13 @@ def build(
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         _, tools_of = acting(ctx)
-        text = await anyio.to_thread.run_sync(tools_of.call, params.name, params.arguments or {})
-        failed = text.startswith(("REFUSED", "ERROR"))
-        return types.CallToolResult(content=[types.TextContent(text=text)], is_error=failed)
+        result = await anyio.to_thread.run_sync(tools_of.call_result, params.name, params.arguments or {})
+        # The structured result for current clients, the same outcome as text for older ones.
+        return types.CallToolResult(
+            content=[types.TextContent(text=result.text)],
+            structured_content=None if result.error else result.data,
+            is_error=result.error,
+        )
 
     def recent(agent: Agent) -> str:
         memories = agent.memories()[-RECENT_COUNT:]

@@ -336,7 +336,8 @@ def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]
         if stone is not None:
             raise Forgotten(
                 f"this content was forgotten by {stone.forgotten_by} (memory {stone.memory_id}, reason: "
-                f"{stone.reason or 'none given'}); pass force=True to store it again",
+                f"{stone.reason or 'none given'}); to store it again on purpose, remember it with force "
+                '(force=True; the remember tool\'s "force": true)',
                 stone,
             )
 

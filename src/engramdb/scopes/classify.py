@@ -332,7 +332,9 @@ def _classify(sql: str) -> Statement:
     semis = [k for k, t in enumerate(tokens) if t.type is TokenType.PUNCT and t.text == ";"]
     if semis:
         if semis[0] != len(tokens) - 1:
-            raise InvalidStatement("one statement per call: split the SQL and call execute() once for each")
+            raise InvalidStatement(
+                "one statement per call: split the SQL into single statements and run each in a call of its own"
+            )
         tokens = tokens[:-1]
     if first in _NOT_DDL:
         raise ScopeViolation(f"{_NOT_DDL[first]} statements are not allowed through a memory scope")

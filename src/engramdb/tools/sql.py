@@ -41,12 +41,24 @@ def _cell(value: Any) -> str:
     return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
 
 
+def _value(value: Any) -> Any:
+    """A cell as structured results carry it: JSON's own types, long text cut as in the text."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _cell(value)
+
+
 def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, more: bool, max_chars: int) -> str:
     """Rows as ``value | value`` lines inside the evidence markers, in order, within `max_chars`.
 
     Rows are never skipped in the middle: output stops at the first row that does not fit, and
     the last line says how many were left out and why.
     """
+    return _render(columns, rows, more=more, max_chars=max_chars)[0]
+
+
+def _render(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, more: bool, max_chars: int) -> tuple[str, int]:
+    """`render_rows`, and how many rows it showed."""
     nonce = new_nonce()
     head = f"columns: {' | '.join(columns)}" if columns else "columns: (as in your SELECT list)"
     lines = [START.format(nonce=nonce), EvidenceItem("columns", head.removeprefix("columns: ")).render()]
@@ -67,7 +79,7 @@ def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, more: 
         lines.append(f"{shown} row(s) shown; {why}. Narrow the query (WHERE, LIMIT, fewer columns).")
     else:
         lines.append(f"{shown} row(s).")
-    return "\n".join(lines)
+    return "\n".join(lines), shown
 
 
 def run_sql(
@@ -84,6 +96,21 @@ def run_sql(
 
     Raises the scope's `EngramError` on a refusal or failure (the dispatcher turns it into text).
     """
+    return run_sql_result(scopes, sql, params, max_rows=max_rows, max_chars=max_chars, tenant=tenant, agent=agent)[0]
+
+
+def run_sql_result(
+    scopes: Sequence[MemoryScope],
+    sql: str,
+    params: Sequence[Any] | None,
+    *,
+    max_rows: int,
+    max_chars: int,
+    tenant: str | None = None,
+    agent: str | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """`run_sql`, and the outcome as data: the scope, the columns, the rows the text shows (cells
+    as JSON values, long text cut alike), whether more were left, rows changed, last row id."""
     stmt = classify(sql)
     scope = pick_scope(scopes, stmt)
     with otel.span(
@@ -102,20 +129,37 @@ def _run(
     max_rows: int,
     max_chars: int,
     span: Any,
-) -> str:
+) -> tuple[str, dict[str, Any]]:
     if stmt.kind is Kind.READ:
         page = scope.read_page(sql, params, limit=max_rows)
         otel.set_attributes(span, rows=len(page.rows), more=page.more)
-        return f"OK (scope '{scope.label}'):\n" + render_rows(
-            page.columns, page.rows, more=page.more, max_chars=max_chars
-        )
+        body, shown = _render(page.columns, page.rows, more=page.more, max_chars=max_chars)
+        data = _data(scope, list(page.columns), page.rows[:shown], page.more or shown < len(page.rows), None, None)
+        return f"OK (scope '{scope.label}'):\n" + body, data
     result = scope.execute(sql, params)
     otel.set_attributes(span, rows=result.rowcount)
     what = "schema changed" if stmt.is_ddl else f"{result.rowcount} row(s) changed"
-    if result.lastrowid and stmt.kind is Kind.WRITE:
-        what += f", last row id {result.lastrowid}"
+    last = result.lastrowid if result.lastrowid and stmt.kind is Kind.WRITE else None
+    if last is not None:
+        what += f", last row id {last}"
     text = f"OK (scope '{scope.label}'): {what}."
+    changed = None if stmt.is_ddl else result.rowcount
     if result.rows:
         rows = result.rows[:max_rows]
-        text += "\n" + render_rows((), rows, more=len(result.rows) > max_rows, max_chars=max_chars)
-    return text
+        body, shown = _render((), rows, more=len(result.rows) > max_rows, max_chars=max_chars)
+        return text + "\n" + body, _data(scope, [], rows[:shown], shown < len(result.rows), changed, last)
+    return text, _data(scope, [], [], False, changed, last)
+
+
+def _data(
+    scope: MemoryScope,
+    columns: list[str],
+    rows: Sequence[Sequence[Any]],
+    more: bool,
+    changed: int | None,
+    last: int | None,
+) -> dict[str, Any]:
+    return {
+        "scope": scope.label, "columns": columns, "rows": [[_value(v) for v in row] for row in rows], "more": more,
+        "changed": changed, "last_row_id": last,
+    }  # fmt: skip

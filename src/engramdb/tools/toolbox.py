@@ -14,6 +14,7 @@ nothing changed.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -25,7 +26,7 @@ from engramdb.errors import CallerError, EngramError, ValidationError
 from engramdb.memories.model import Memory, MemoryType
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
 from engramdb.tools.specs import ALL_TOOL_SPECS, ToolSpec
-from engramdb.tools.sql import run_sql
+from engramdb.tools.sql import run_sql_result
 
 if TYPE_CHECKING:
     from engramdb.agent import Agent
@@ -125,7 +126,41 @@ def _limited(spec: ToolSpec, limits: ToolLimits) -> ToolSpec:
     for key in ("query", "what", "text"):
         if key in props:
             props[key]["maxLength"] = limits.max_content_chars
-    return ToolSpec(spec.name, spec.description, params)
+    return dataclasses.replace(spec, parameters=params)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """One call's outcome: the text for the model, the structured result (matching the tool's
+    `ToolSpec.output`; empty when `error`), and whether the call was refused or failed."""
+
+    text: str
+    data: dict[str, Any]
+    error: bool
+
+
+#: what a handler returns: the text, and the structured result
+_Reply = tuple[str, dict[str, Any]]
+
+
+def _memory_data(m: Memory) -> dict[str, Any]:
+    return {
+        "id": m.id, "type": m.type.value, "shared": m.shared, "owner": m.owner,
+        "status": m.status.value if m.status else None, "created_at": m.created_at, "importance": m.importance,
+        "content": m.content,
+    }  # fmt: skip
+
+
+def _fitting(items: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], bool]:
+    """The leading `items` whose content fits `budget` characters, and whether any were left out."""
+    out: list[dict[str, Any]] = []
+    used = 0
+    for item in items:
+        used += len(item["content"]) + 200
+        if out and used > budget:
+            return out, True
+        out.append(item)
+    return out, False
 
 
 def _line(m: Memory) -> EvidenceItem:
@@ -162,7 +197,7 @@ class MemoryToolbox:
         if unknown:
             raise ValidationError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(names)}")
         self._specs = {s.name: _limited(s, self._limits) for s in ALL_TOOL_SPECS if s.name in wanted}
-        self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
+        self._handlers: dict[str, Callable[[dict[str, Any]], _Reply]] = {
             "remember": self._remember, "recall": self._recall, "forget": self._forget, "update": self._update,
             "link": self._link, "todo_add": self._todo_add, "todo_list": self._todo_list,
             "todo_complete": self._todo_complete, "todo_drop": self._todo_drop, "intend": self._intend,
@@ -195,27 +230,34 @@ class MemoryToolbox:
     def call(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> str:
         """Run tool `name` with `arguments` (a mapping, or the JSON text a model produced) and
         return the text for the model. Never raises."""
+        return self.call_result(name, arguments).text
+
+    def call_result(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> ToolResult:
+        """As `call`, with the structured result too (what MCP sends as ``structuredContent``)."""
         try:
             spec = self._specs.get(name) if isinstance(name, str) else None
             if spec is None:
                 offered = ", ".join(self._specs)
-                return f"REFUSED: there is no tool {name!r}. Tools: {offered}."
+                return ToolResult(f"REFUSED: there is no tool {name!r}. Tools: {offered}.", {}, True)
             if isinstance(arguments, str):
                 try:
                     arguments = json.loads(arguments) if arguments.strip() else {}
                 except json.JSONDecodeError as exc:
-                    return f"REFUSED: the arguments are not valid JSON ({exc.msg}). Nothing was changed."
+                    return ToolResult(
+                        f"REFUSED: the arguments are not valid JSON ({exc.msg}). Nothing was changed.", {}, True
+                    )
             if arguments is None:
                 arguments = {}
             if not isinstance(arguments, Mapping):
-                return "REFUSED: the arguments must be a JSON object. Nothing was changed."
-            text = self._handlers[name](check_arguments(spec, arguments))
-            return self._cap(text)
+                return ToolResult("REFUSED: the arguments must be a JSON object. Nothing was changed.", {}, True)
+            text, data = self._handlers[name](check_arguments(spec, arguments))
+            refused = text.startswith(("REFUSED", "ERROR"))
+            return ToolResult(self._cap(text), {} if refused else data, refused)
         except EngramError as exc:
             advice = "Fix the call and try again." if isinstance(exc, CallerError) else "Try again later."
-            return f"REFUSED ({type(exc).__name__}): {exc}. Nothing was changed. {advice}"
+            return ToolResult(f"REFUSED ({type(exc).__name__}): {exc}. Nothing was changed. {advice}", {}, True)
         except Exception as exc:  # the model must get a message, never a traceback
-            return f"ERROR ({type(exc).__name__}): the tool failed: {exc}. Nothing was changed."
+            return ToolResult(f"ERROR ({type(exc).__name__}): the tool failed: {exc}. Nothing was changed.", {}, True)
 
     acall = in_thread(call)
 
@@ -227,57 +269,76 @@ class MemoryToolbox:
 
     # -- the tools ----------------------------------------------------------------------------
 
-    def _remember(self, a: dict[str, Any]) -> str:
+    def _remember(self, a: dict[str, Any]) -> _Reply:
         m = self._agent.remember(
             a["content"], type=a.get("type", "info"), importance=a.get("importance"), tags=a.get("tags"),
-            shared=a.get("shared", False),
+            shared=a.get("shared", False), force=a.get("force", False),
         )  # fmt: skip
-        return f"OK: remembered as {m.id} ({m.type.value}, {'shared' if m.shared else 'private'})."
+        text = f"OK: remembered as {m.id} ({m.type.value}, {'shared' if m.shared else 'private'})."
+        return text, {"id": m.id, "type": m.type.value, "shared": m.shared}
 
     def _evidence_budget(self) -> int:
         return max(1, (self._limits.max_result_chars - 200) // 4)
 
-    def _recall(self, a: dict[str, Any]) -> str:
-        hits = self._agent.recall(a["query"], k=a.get("k", 5))
+    def _recall(self, a: dict[str, Any]) -> _Reply:
+        hits = self._agent.recall(a["query"], k=a.get("k", 5), min_relevance=a.get("min_relevance"))
+        items = [{**_memory_data(h.memory), "relevance": h.relevance, "rank": h.rank} for h in hits.hits]
+        shown, more = _fitting(items, self._limits.max_result_chars)
+        data = {"recall_id": hits.recall_id, "memories": shown, "more": more}
         text = hits.as_evidence(self._evidence_budget())
         if not text:
-            return "No memories matched."
-        return f"{text}\n(recall id {hits.recall_id}: pass it to explain to see why these ranked.)"
+            return "No memories matched.", data
+        scores = ", ".join(f"{h.memory.id} {h.relevance:.2f}" for h in hits.hits)
+        return (
+            f"{text}\n(relevance 0–1: {scores}. recall id {hits.recall_id}: pass it to explain to see why these ranked.)",
+            data,
+        )
 
-    def _forget(self, a: dict[str, Any]) -> str:
+    def _forget(self, a: dict[str, Any]) -> _Reply:
         stone = self._agent.forget(a["id"], reason=a.get("reason", ""))
-        return f"OK: forgot {stone.memory_id}; its text is deleted and will not be stored again by accident."
+        text = f"OK: forgot {stone.memory_id}; its text is deleted and will not be stored again by accident."
+        return text, {"id": stone.memory_id}
 
-    def _update(self, a: dict[str, Any]) -> str:
+    def _update(self, a: dict[str, Any]) -> _Reply:
         if len(a) == 1:
             raise ValidationError("update needs at least one of content, importance, tags")
         m = self._agent.update(a["id"], content=a.get("content"), importance=a.get("importance"), tags=a.get("tags"))
-        return f"OK: updated {m.id} (version {m.version})."
+        return f"OK: updated {m.id} (version {m.version}).", {"id": m.id, "version": m.version}
 
-    def _link(self, a: dict[str, Any]) -> str:
+    def _link(self, a: dict[str, Any]) -> _Reply:
         e = self._agent.link(a["source"], a["target"], a.get("type", "related"))
-        return f"OK: linked {e.source} —{e.type.value}→ {e.target}."
+        return f"OK: linked {e.source} —{e.type.value}→ {e.target}.", {
+            "source": e.source, "target": e.target, "type": e.type.value,
+        }  # fmt: skip
 
-    def _todo_add(self, a: dict[str, Any]) -> str:
+    def _todo_add(self, a: dict[str, Any]) -> _Reply:
         m = self._agent.remember(
             a["content"], type=MemoryType.TODO, importance=a.get("importance"), shared=a.get("shared", False)
         )
-        return f"OK: todo {m.id} added ({'shared' if m.shared else 'private'}, open)."
+        return f"OK: todo {m.id} added ({'shared' if m.shared else 'private'}, open).", {"id": m.id, "shared": m.shared}
 
-    def _todo_list(self, a: dict[str, Any]) -> str:
+    def _listed(self, memories: list[Memory], empty: str, unfit: str) -> _Reply:
+        shown, more = _fitting([_memory_data(m) for m in memories], self._limits.max_result_chars)
+        data = {"memories": shown, "more": more}
+        if not memories:
+            return empty, data
+        return render_evidence([_line(m) for m in memories], self._evidence_budget()) or unfit, data
+
+    def _todo_list(self, a: dict[str, Any]) -> _Reply:
         status = a.get("status", "open")
         todos = self._agent.todos(None if status == "all" else status)
-        if not todos:
-            return f"No {'' if status == 'all' else status + ' '}todos."
-        return render_evidence([_line(m) for m in todos], self._evidence_budget()) or "The todos do not fit the limit."
+        empty = f"No {'' if status == 'all' else status + ' '}todos."
+        return self._listed(todos, empty, "The todos do not fit the limit.")
 
-    def _todo_complete(self, a: dict[str, Any]) -> str:
-        return f"OK: todo {self._agent.complete(a['id']).id} is done."
+    def _todo_complete(self, a: dict[str, Any]) -> _Reply:
+        m = self._agent.complete(a["id"])
+        return f"OK: todo {m.id} is done.", {"id": m.id, "status": "done"}
 
-    def _todo_drop(self, a: dict[str, Any]) -> str:
-        return f"OK: todo {self._agent.drop(a['id']).id} is dropped."
+    def _todo_drop(self, a: dict[str, Any]) -> _Reply:
+        m = self._agent.drop(a["id"])
+        return f"OK: todo {m.id} is dropped.", {"id": m.id, "status": "dropped"}
 
-    def _intend(self, a: dict[str, Any]) -> str:
+    def _intend(self, a: dict[str, Any]) -> _Reply:
         given = [k for k in ("when", "on_event", "cue") if k in a]
         if len(given) != 1:
             raise ValidationError("intend needs exactly one of when, on_event, cue")
@@ -285,16 +346,26 @@ class MemoryToolbox:
             a["content"], when=a.get("when"), on_event=a.get("on_event"), cue=a.get("cue"),
             repeat=a.get("repeat", False),
         )  # fmt: skip
-        return f"OK: intention {m.id} set ({given[0]})."
+        return f"OK: intention {m.id} set ({given[0]}).", {"id": m.id, "trigger": given[0]}
 
-    def _due(self, a: dict[str, Any]) -> str:
+    def _due(self, a: dict[str, Any]) -> _Reply:
         fired = self._agent.due(event=a.get("event"), text=a.get("text"))
-        if not fired:
-            return "Nothing is due."
-        return render_evidence([_line(m) for m in fired], self._evidence_budget()) or "Due items do not fit the limit."
+        return self._listed(fired, "Nothing is due.", "Due items do not fit the limit.")
 
-    def _explain(self, a: dict[str, Any]) -> str:
+    def _explain(self, a: dict[str, Any]) -> _Reply:
         why = self._agent.explain(a["what"], k=a.get("k", 5))
+
+        def entry(e: Any) -> dict[str, Any]:
+            parts = {f.name: float(getattr(e.components, f.name)) for f in dataclasses.fields(e.components)}
+            return {
+                "rank": e.rank, "id": e.memory_id, "score": e.score, "relevance": e.relevance,
+                "source": str(getattr(e.source, "value", e.source)), "components": parts,
+            }  # fmt: skip
+
+        data = {
+            "recall_id": why.recall_id, "k": why.k, "hops": why.hops,
+            "hits": [entry(e) for e in why.hits], "near_misses": [entry(e) for e in why.near_misses],
+        }  # fmt: skip
         lines = [f"explain {why.recall_id or '(dry run)'} · k={why.k} hops={why.hops}"]
         for label, entries in (("hit", why.hits), ("near miss", why.near_misses)):
             for e in entries:
@@ -306,23 +377,29 @@ class MemoryToolbox:
                 )
         if len(lines) == 1:
             lines.append("no candidates")
-        return "\n".join(lines)
+        return "\n".join(lines), data
 
-    def _memory_schema(self, a: dict[str, Any]) -> str:
+    def _memory_schema(self, a: dict[str, Any]) -> _Reply:
         from engramdb.tools.functions import memory_schema
 
-        return memory_schema(a["sql"], self._agent)
+        text = memory_schema(a["sql"], self._agent)
+        return text, {"message": text}
 
-    def _list_tables(self, a: dict[str, Any]) -> str:
+    def _list_tables(self, a: dict[str, Any]) -> _Reply:
         out = []
+        scopes = []
         for scope in (self._agent.shared, self._agent.private):
-            tables = scope.list_tables()
-            described = [f"{t}({', '.join(scope.columns(t))})" for t in tables]
+            tables = [(t, scope.columns(t)) for t in scope.list_tables()]
+            described = [f"{t}({', '.join(cols)})" for t, cols in tables]
             out.append(f"{scope.label} (tables named {scope.prefix}<name>): {'; '.join(described) or '(none yet)'}")
-        return "\n".join(out)
+            scopes.append({
+                "scope": scope.label, "prefix": scope.prefix,
+                "tables": [{"name": t, "columns": cols} for t, cols in tables],
+            })  # fmt: skip
+        return "\n".join(out), {"scopes": scopes}
 
-    def _sql(self, a: dict[str, Any]) -> str:
-        return run_sql(
+    def _sql(self, a: dict[str, Any]) -> _Reply:
+        return run_sql_result(
             [self._agent.private, self._agent.shared], a["sql"], a.get("params"), max_rows=self._limits.max_rows,
             max_chars=self._limits.max_result_chars - 100, tenant=self._agent.tenant, agent=self._agent.agent_id,
         )  # fmt: skip

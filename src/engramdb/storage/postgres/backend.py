@@ -239,6 +239,8 @@ class PostgresBackend:
             max_value_bytes=s.max_value_bytes,
             max_result_rows=s.max_result_rows,
             max_result_bytes=s.max_result_bytes,
+            network=s.network_options(self.url),
+            pool_timeout=s.pool_timeout,
         )
         return scope
 

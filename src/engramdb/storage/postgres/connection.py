@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import socket
 import threading
 import time
 import weakref
@@ -90,13 +92,47 @@ class PostgresSettings:
     pgbouncer: bool = False
     #: retries of a single call (outside a unit of work) that hit a serialization failure or deadlock
     retries: int = 3
+    #: TCP keepalives on every connection (libpq ``keepalives_idle`` / ``_interval`` / ``_count``):
+    #: an idle connection to a host that vanished is found dead in idle + interval × count seconds
+    keepalives_idle: int = 10
+    keepalives_interval: int = 5
+    keepalives_count: int = 3
+    #: libpq ``tcp_user_timeout``, seconds: data the server has not acknowledged for this long
+    #: closes the connection (a network that drops packets without a reset)
+    tcp_user_timeout: float = 20.0
+    #: seconds a call may wait on the server before the engine checks that the server still
+    #: answers (a new connection within `connect_timeout`); when it does not, the waiting calls'
+    #: connections are shut and the calls fail with `BackendError` instead of waiting for the
+    #: network to come back. A slow call on a server that answers is left alone.
+    probe_after: float = 5.0
 
     def __post_init__(self) -> None:
         if self.pool_min_size < 0 or self.pool_max_size < max(1, self.pool_min_size):
             raise ValueError("pool sizes must satisfy 0 <= pool_min_size <= pool_max_size, pool_max_size >= 1")
-        for name in ("lock_timeout", "statement_timeout", "connect_timeout", "pool_timeout"):
+        for name in ("lock_timeout", "statement_timeout", "connect_timeout", "pool_timeout", "tcp_user_timeout",
+                     "probe_after"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds")
+        for name in ("keepalives_idle", "keepalives_interval", "keepalives_count"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of 1 or more")
+
+    def network_options(self, url: str) -> dict[str, Any]:
+        """The libpq parameters that bound a connection's waits on a silent network, for every
+        connection the engine opens. A parameter the URL gives itself (``?keepalives_idle=30``) wins."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        given = conninfo_to_dict(url)
+        options: dict[str, Any] = {
+            "connect_timeout": max(2, round(self.connect_timeout)),  # libpq's floor is 2 s
+            "keepalives": 1,
+            "keepalives_idle": self.keepalives_idle,
+            "keepalives_interval": self.keepalives_interval,
+            "keepalives_count": self.keepalives_count,
+            "tcp_user_timeout": max(1, round(self.tcp_user_timeout * 1000)),  # milliseconds
+        }
+        return {k: v for k, v in options.items() if k not in given}
 
     @property
     def effective_prepare_threshold(self) -> int | None:
@@ -197,6 +233,8 @@ class PgStore:
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None
         # What each pooled connection has as session settings (default mode only).
         self._session: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
+        #: calls waiting on the server, and the thread that checks the server answers when one waits long
+        self.liveness = Liveness(url, settings)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -206,8 +244,8 @@ class PgStore:
             return psycopg.connect(
                 self.url,
                 autocommit=autocommit,
-                connect_timeout=max(1, int(self.settings.connect_timeout)),
                 prepare_threshold=self.settings.effective_prepare_threshold,
+                **self.settings.network_options(self.url),
             )
 
     def pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
@@ -228,7 +266,7 @@ class PgStore:
                     kwargs={
                         "autocommit": True,
                         "prepare_threshold": s.effective_prepare_threshold,
-                        "connect_timeout": max(1, int(s.connect_timeout)),
+                        **s.network_options(self.url),
                     },
                     configure=self._configure,
                     open=False,
@@ -289,24 +327,27 @@ class PgStore:
         elif tenant != ALL_TENANTS and tenant != STORE:
             st.current = tenant
         held = st.conn
+        watch = self.liveness.watch
         if tenant == STORE:
             if held is not None:
-                yield held
+                with watch(held):
+                    yield held
             else:
-                with self.pool().connection() as conn:
+                with self.pool().connection() as conn, watch(conn):
                     yield conn
             return
         if held is not None:
-            if self.settings.pgbouncer:
-                if st.tenant != tenant:
-                    self._set(held, tenant, local=True)
-                    st.tenant = tenant
-            elif self._session.get(held) != tenant:
-                self._set(held, tenant, local=False)
-                self._session[held] = tenant
-            yield held
+            with watch(held):
+                if self.settings.pgbouncer:
+                    if st.tenant != tenant:
+                        self._set(held, tenant, local=True)
+                        st.tenant = tenant
+                elif self._session.get(held) != tenant:
+                    self._set(held, tenant, local=False)
+                    self._session[held] = tenant
+                yield held
             return
-        with self.pool().connection() as conn:
+        with self.pool().connection() as conn, watch(conn):
             if self.settings.pgbouncer:
                 with conn.transaction():
                     self._set(conn, tenant, local=True)
@@ -322,6 +363,7 @@ class PgStore:
         serialization failure or deadlock of a call outside a unit of work retried."""
         attempt = 0
         while True:
+            c: psycopg.Connection[Any] | None = None
             try:
                 with self.conn(tenant) as c:
                     return call(c)
@@ -333,7 +375,7 @@ class PgStore:
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 if self.local.conn is not None and not self.settings.pgbouncer:
                     self._session.pop(self.local.conn, None)
-                raise convert(exc) from None
+                raise self.liveness.explain(exc, c) from None
 
     # -- units of work ----------------------------------------------------------------------
 
@@ -345,6 +387,7 @@ class PgStore:
         """All or nothing for this thread: a savepoint inside an open unit of work, else a transaction."""
         st = self.local
         held = st.conn
+        conn: psycopg.Connection[Any] | None = held
         try:
             if held is not None:
                 try:
@@ -365,7 +408,7 @@ class PgStore:
                 finally:
                     st.conn = st.tenant = None
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise convert(exc) from None
+            raise self.liveness.explain(exc, conn) from None
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -402,7 +445,112 @@ class PgStore:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        self.liveness.stop()
         self.local = _Local()
+
+
+# -- a server that went silent ------------------------------------------------------------------
+
+
+def sever(conn: psycopg.Connection[Any]) -> None:
+    """Shut `conn`'s socket, so that a call blocked on it (a server that went silent: no reply,
+    no reset) returns now with an error instead of when the network comes back. The connection
+    is broken afterwards; the pool discards it."""
+    try:
+        fd = conn.pgconn.socket
+    except (psycopg.Error, OSError, ValueError):
+        return
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=os.dup(fd))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
+
+
+class Liveness:
+    """The calls of one store that wait on the server, and a thread that, when one has waited
+    `PostgresSettings.probe_after`, checks that the server still answers a new connection. When
+    it does not, every call waiting that long has its connection shut (`sever`) and fails with a
+    `BackendError` that says so. TCP keepalives cannot tell this apart from a slow statement when
+    the silent hop is beyond a proxy or a NAT that still acknowledges, and a slow statement on a
+    server that answers must not be cut."""
+
+    def __init__(self, url: str, settings: PostgresSettings) -> None:
+        self._url = url
+        self._settings = settings
+        self._cond = threading.Condition()
+        self._calls: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
+        self._ids = iter(range(1 << 62))
+        self._severed: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        #: probes run, and calls severed (tests and the docs' numbers read them)
+        self.probes = 0
+        self.cut = 0
+
+    @contextlib.contextmanager
+    def watch(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Count `conn` as waiting on the server for the length of the block."""
+        with self._cond:
+            token = next(self._ids)
+            self._calls[token] = (time.monotonic(), conn)
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._loop, name="engramdb-pg-liveness", daemon=True)
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._calls.pop(token, None)
+
+    def explain(self, exc: BaseException, conn: psycopg.Connection[Any] | None) -> EngramError:
+        """`convert(exc)`, saying so when `conn` was shut because the server went silent."""
+        if conn is not None and conn in self._severed and isinstance(exc, psycopg.Error):
+            return BackendError(
+                f"the PostgreSQL server at {redact(self._url)} did not answer for {self._settings.probe_after:g} s and "
+                "a new connection to it failed too: the network to it is down. The call was abandoned (a write "
+                "whose commit was already sent may or may not have been committed); retry when it is back"
+            )
+        return convert(exc)
+
+    def _loop(self) -> None:
+        tick = min(1.0, self._settings.probe_after / 2)
+        last_probe = 0.0
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return
+                self._cond.wait(timeout=tick)
+                now = time.monotonic()
+                late = [c for t0, c in self._calls.values() if now - t0 >= self._settings.probe_after]
+            if not late or now - last_probe < self._settings.probe_after:
+                continue
+            last_probe = now
+            if self._answers():
+                continue
+            with self._cond:
+                still = {id(c) for _, c in self._calls.values()}
+            for conn in late:
+                if id(conn) in still:
+                    self._severed.add(conn)
+                    self.cut += 1
+                    sever(conn)
+
+    def _answers(self) -> bool:
+        """Whether the server accepts a new connection and answers it within `connect_timeout`."""
+        self.probes += 1
+        try:
+            with psycopg.connect(self._url, autocommit=True, **self._settings.network_options(self._url)) as c:
+                c.execute("SELECT 1").fetchone()
+        except psycopg.Error:
+            return False
+        return True
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
 
 
 _S = TypeVar("_S")

@@ -24,8 +24,10 @@ import contextlib
 import heapq
 import inspect
 import itertools
+import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
@@ -53,6 +55,7 @@ from engramdb.errors import (
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import ExecResult, MemoryScope, Params, Row, RowVectorStore
+from engramdb.storage.postgres.connection import sever
 from engramdb.storage.postgres.roles import ScopeRole, provision, restore
 from engramdb.storage.postgres.sqltext import dollar_form, lexers_agree, translate
 
@@ -96,6 +99,8 @@ class PostgresScope(MemoryScope):
         max_result_rows: int,
         max_result_bytes: int,
         max_connections: int = 8,
+        network: Mapping[str, Any] | None = None,
+        pool_timeout: float = 30.0,
     ) -> None:
         self._namespace = namespace
         self._tenant = tenant
@@ -112,10 +117,11 @@ class PostgresScope(MemoryScope):
             min_size=1,
             max_size=max(1, max_connections),
             num_workers=1,
-            kwargs={"autocommit": True, "options": options},
+            kwargs={"autocommit": True, "options": options, **(network or {})},
             connection_class=_guarded(admin_url, self._where),
             name=f"engramdb-{namespace.label}",
-            timeout=max(30.0, self._timeout * 4),
+            # a free connection, or a new one (which a silent network never gives), within this
+            timeout=max(pool_timeout, self._timeout * 4),
             open=False,
         )
         try:
@@ -308,13 +314,15 @@ class PostgresScope(MemoryScope):
                 if stmt.kind is Kind.READ
                 else self._atomic(conn, pinned is not None)
             )
-            # errors outermost: a failing BEGIN, RELEASE or COMMIT is translated as well
-            with self._errors(conn), scope:
-                deadline = self._watchdog.arm(conn, self._timeout + _GRACE)
-                try:
+            # The budget covers the BEGIN and the COMMIT too: on a silent network each of them
+            # waits as long as the statement. Errors outermost: a failing BEGIN, RELEASE or
+            # COMMIT is translated as well.
+            deadline = self._watchdog.arm(conn, self._timeout + _GRACE)
+            try:
+                with self._errors(conn), scope:
                     return run(conn)
-                finally:
-                    self._watchdog.disarm(deadline)
+            finally:
+                self._watchdog.disarm(deadline)
         finally:
             if pinned is None:
                 self._give_back(conn)
@@ -349,13 +357,16 @@ class PostgresScope(MemoryScope):
             return known
         dollar = dollar_form(query, args)
         with conn.lock:
-            res = conn.pgconn.prepare(b"", dollar.encode("utf-8", "surrogateescape"))
+            pgconn = conn.pgconn
+            pgconn.send_prepare(b"", dollar.encode("utf-8", "surrogateescape"))
+            res = _await_result(pgconn)
             if res.status != pq.ExecStatus.COMMAND_OK:
                 raise psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
-            desc = conn.pgconn.describe_prepared(b"")
+            pgconn.send_describe_prepared(b"")
+            desc = _await_result(pgconn)
             if desc.status != pq.ExecStatus.COMMAND_OK:
                 raise psycopg.errors.error_from_result(desc, encoding=conn.info.encoding)
-        shape = desc.nfields > 0
+        shape = bool(desc.nfields > 0)
         if len(self._shapes) >= _CACHE:
             self._shapes.clear()
         self._shapes[sql] = shape
@@ -594,6 +605,25 @@ class _Budget:
             )
 
 
+def _await_result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
+    """The last result of the command just sent on `pgconn`, waited for in `select` (libpq's own
+    blocking calls would hold the interpreter while the server is silent, and the watchdog that
+    shuts such a connection could never run). A shut connection raises OperationalError."""
+    while pgconn.flush():
+        select.select([], [pgconn.socket], [])
+    last: pq.abc.PGresult | None = None
+    while True:
+        while pgconn.is_busy():
+            select.select([pgconn.socket], [], [])
+            pgconn.consume_input()
+        res = pgconn.get_result()
+        if res is None:
+            if last is None:
+                raise psycopg.OperationalError("the server sent no result")
+            return last
+        last = res
+
+
 def _size(value: Any) -> int:
     if value is None or isinstance(value, (bool, int, float)):
         return 8
@@ -702,21 +732,31 @@ def _foreign_settings(conn: Conn, schema: str) -> list[str]:
 # -- the client-side cancel, a backstop behind the server's statement_timeout ----------------------
 
 
+#: seconds after a cancel request at which a statement still running has its connection shut:
+#: the cancel could not reach the server (it goes to the same address as the statement)
+_SEVER_AFTER = 2.0
+
+
 class _Watchdog:
-    """One thread per scope that cancels a statement running past its deadline (the server's
-    own ``statement_timeout`` should stop it first; this covers a server that does not)."""
+    """One thread per process that stops a scope statement running past its deadline: first a
+    cancel request (the server's own ``statement_timeout`` should have stopped it already; this
+    covers a server that did not), then, when the statement still has not returned
+    `_SEVER_AFTER` seconds later — the server is unreachable, and so was the cancel — its
+    connection's socket is shut, so the call fails now instead of when the network returns."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, Conn]] = []
+        self._heap: list[tuple[float, int, int, Conn]] = []
         self._live: set[int] = set()
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
+        #: connections shut because their server did not answer (their errors say so)
+        self.severed: weakref.WeakSet[Conn] = weakref.WeakSet()
 
     def arm(self, conn: Conn, seconds: float) -> int:
         token = next(self._ids)
         with self._cond:
-            heapq.heappush(self._heap, (time.monotonic() + seconds, token, conn))
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token, 0, conn))
             self._live.add(token)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="engramdb-pg-watchdog", daemon=True)
@@ -736,17 +776,22 @@ class _Watchdog:
                 if not self._heap:
                     self._cond.wait(timeout=60.0)
                     continue
-                when, token, conn = self._heap[0]
+                when, token, stage, conn = self._heap[0]
                 wait = when - time.monotonic()
                 if wait > 0:
                     self._cond.wait(timeout=wait)
                     continue
                 heapq.heappop(self._heap)
-                self._live.discard(token)
-                # under the lock: the statement's own disarm waits for the cancel to land, so the
-                # cancel can never hit the next statement on that connection
-                with contextlib.suppress(Exception):
-                    conn.cancel_safe(timeout=2.0)
+                # under the lock: the statement's own disarm waits for the cancel (or the shut)
+                # to land, so neither can ever hit the next statement on that connection
+                if stage == 0:
+                    with contextlib.suppress(Exception):
+                        conn.cancel_safe(timeout=_SEVER_AFTER)
+                    heapq.heappush(self._heap, (time.monotonic() + _SEVER_AFTER, token, 1, conn))
+                else:
+                    self._live.discard(token)
+                    self.severed.add(conn)
+                    sever(conn)
 
 
 #: one watchdog thread for every scope of the process
@@ -767,6 +812,12 @@ def _convert(exc: psycopg.Error, ns: Namespace, conn: Conn | None) -> EngramErro
     namespace's rule."""
     if isinstance(exc, EngramError):  # pragma: no cover - never raised through psycopg
         return exc
+    if conn is not None and conn in _WATCHDOG.severed:
+        return BackendError(
+            "the PostgreSQL server did not answer within the statement's time budget, nor the cancel request "
+            "after it: the network to it is down. The connection was closed; a write whose commit was already "
+            "sent may or may not have been committed. Retry when the server is reachable"
+        )
     state = getattr(exc, "sqlstate", None) or ""
     diag = getattr(exc, "diag", None)
     primary = diag.message_primary if diag is not None else None

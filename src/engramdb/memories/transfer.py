@@ -398,7 +398,7 @@ class _Importer:
             for k in (e.source, e.target):
                 if k not in hashes and not self.ids[k][1]:
                     raise ValidationError(
-                        f"edge {e.source[0]!r} → {e.target[0]!r} names a memory that is neither in the import nor "
+                        f"edge {e.source[0]!r} → {e.target[0]!r} names a memory that is not in the import nor "
                         "in the store (or not visible to this agent); nothing was imported"
                     )
 

@@ -248,3 +248,18 @@ def test_an_edge_to_a_memory_the_target_has_forgotten_is_skipped(make_engine: Me
     report = b.import_jsonl(io.StringIO(_export(a)))
     assert report == ImportReport(memories=1, memories_forgotten=1, edges_forgotten=1, reidentified=1)
     assert [m.content for m in b.memories()] == ["Carol moved in March"]
+
+
+def test_a_copy_already_in_the_tenant_is_found_again(make_engine: MemoryFactory, clock: FixedClock) -> None:
+    """Records stripped of their tenant went in first (on PostgreSQL main kept their ids, on SQLite
+    they now get the derived ones): the full export afterwards finds every one of them."""
+    eng = make_engine(memory_embedder=fake_embedder())
+    a = eng.agent("alice", tenant="acme")
+    _fill(a, clock)
+    lines = _lines(a)
+    b = eng.agent("alice", tenant="globex")
+    first = b.import_records([{k: v for k, v in x.items() if k != "tenant"} for x in lines[1:]])
+    assert first.memories == 8
+    copy = _lines(b)
+    assert b.import_records(lines) == ImportReport(memories_present=8, edges_present=first.edges, tombstones_present=1)
+    assert _lines(b)[1:] == copy[1:]

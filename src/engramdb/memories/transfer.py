@@ -458,6 +458,12 @@ class _Importer:
         store, who = self.rt.store, self.who
         vis = who.visibility(include_archived=True)
         attempts = dict.fromkeys(keys, 0)
+        # A memory of another tenant that this tenant already holds under its own id is that
+        # memory: so were copies made before imports re-identified (PostgreSQL kept the id).
+        foreign = sorted({k[0] for k in attempts if k[1]})
+        for mid in store.memories.visible_ids(vis, foreign):
+            self.ids[mid, True] = (mid, True)
+            del attempts[mid, True]
         while attempts:
             wanted = {k: self.candidate(k, n) for k, n in attempts.items()}
             ids = sorted(set(wanted.values()))
@@ -576,7 +582,7 @@ class _Importer:
                 mid = self.ids[key][0]
                 if mid != stone.memory_id:
                     stone = dataclasses.replace(stone, memory_id=mid)
-                if (stone.memory_id, stone.forgotten_at) in self.stones_before:
+                if {(mid, stone.forgotten_at), (key[0], stone.forgotten_at)} & self.stones_before:
                     self.counts["tombstones_present"] += 1
                 else:
                     self.rt.store.tombstones.add(stone)

@@ -263,3 +263,34 @@ def test_a_copy_already_in_the_tenant_is_found_again(make_engine: MemoryFactory,
     copy = _lines(b)
     assert b.import_records(lines) == ImportReport(memories_present=8, edges_present=first.edges, tombstones_present=1)
     assert _lines(b)[1:] == copy[1:]
+
+
+@pytest.mark.parametrize("meanwhile", ["another agent's private memory", "the same import"])
+def test_an_id_stored_by_another_writer_between_check_and_write(make_engine: MemoryFactory, meanwhile: str) -> None:
+    """The ids are decided again inside the write transaction, so a writer between the check and
+    the write neither breaks the insert on a unique index nor makes the import skip a memory.
+    (On main the first case wrote alice:2, then refused the edge as naming an invisible memory.)"""
+    eng = make_engine(memory_embedder=fake_embedder())
+    records = [
+        {"kind": "memory", "id": "alice:1", "owner": "alice", "content": "the vendor list"},
+        {"kind": "memory", "id": "alice:2", "owner": "alice", "content": "the vendor contacts"},
+        {"kind": "edge", "source": "alice:1", "target": "alice:2", "type": "supports"},
+    ]
+    me = eng.agent("alice", tenant="globex")
+
+    def writer(stage: str, done: int, total: int | None) -> None:
+        if done == 0:  # after the records were checked, before anything is written
+            if meanwhile == "the same import":
+                eng.agent("alice", tenant="globex").import_records(records)
+            else:
+                theirs = {"kind": "memory", "id": "alice:1", "owner": "bob", "content": "Bob's plan"}
+                eng.agent("bob", tenant="globex").import_records([theirs])
+
+    report = me.import_records(records, progress=writer)
+    if meanwhile == "the same import":
+        assert report == ImportReport(memories_present=2, edges_present=1)
+    else:
+        assert report == ImportReport(memories=2, edges=1, reidentified=1)
+        assert eng.agent("bob", tenant="globex").get("alice:1", touch=False).content == "Bob's plan"
+    (mine,) = [m for m in me.memories() if m.content == "the vendor list"]
+    assert [e.target for e in me.edges(mine.id)] == ["alice:2"]

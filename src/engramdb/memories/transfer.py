@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from engramdb.errors import ValidationError
+from engramdb.errors import BackendError, ConstraintError, ValidationError
 from engramdb.memories import model as mm
 from engramdb.memories.model import Confidentiality, Edge, Memory, MemoryRef, MemoryVersion, Principal, Tombstone
 from engramdb.memories.runtime import Acting, Runtime
@@ -512,7 +512,7 @@ class _Importer:
         if not records:
             return
         rt, store = self.rt, self.rt.store
-        kept: list[tuple[NewMemory, Restored, list[MemoryVersion]]] = []
+        todo: list[tuple[_Key, NewMemory, Restored, list[MemoryVersion]]] = []
         for key, record in records:
             mid, present = self.ids[key]
             if present or mid in self.written:
@@ -525,27 +525,51 @@ class _Importer:
                 new, restored, history = self.parse(record)
             except ValidationError:
                 raise ValidationError(self.changed()) from None
-            if mid != new.memory.id:
-                new = dataclasses.replace(new, memory=dataclasses.replace(new.memory, id=mid))
-                self.counts["reidentified"] += 1
             self.written.add(mid)
-            kept.append((new, restored, history))
+            todo.append((key, new, restored, history))
+        if not todo:
+            self.tick(len(records))
+            return
         embedder = rt.embedder
-        vectors = embed_texts(
-            rt,
-            [f"{p[0].memory.title}. {p[0].memory.content}" if p[0].memory.title else p[0].memory.content for p in kept],
-        )
-        if kept:
-            with store.atomic():
-                rows = store.memories.insert([p[0] for p in kept], store.changes.next())
-                stamp = store.changes.next()
-                for n, (_, restored, history) in zip(rows, kept, strict=True):
-                    store.memories.restore(n, restored, stamp)
-                    for v in history:
-                        store.versions.add(n, v)
-                if vectors is not None and embedder is not None:
-                    store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(rows)])
+        texts = [f"{m.title}. {m.content}" if m.title else m.content for m in (t[1].memory for t in todo)]
+        vectors = embed_texts(rt, texts)
+        with store.atomic():
+            # Decided again under the write lock: another writer may have stored one of these ids
+            # since the plan (a concurrent run of this import, or another tenant's on SQLite).
+            self.resolve(k for k, *_ in todo)
+            kept: list[tuple[int, NewMemory, Restored, list[MemoryVersion]]] = []
+            renamed = 0
+            for i, (key, new, restored, history) in enumerate(todo):
+                mid, present = self.ids[key]
+                if present:
+                    self.counts["memories_present"] += 1
+                    continue
+                if mid != new.memory.id:
+                    new = dataclasses.replace(new, memory=dataclasses.replace(new.memory, id=mid))
+                    renamed += 1
+                self.written.add(mid)
+                kept.append((i, new, restored, history))
+            if not kept:
+                self.tick(len(records))
+                return
+            try:
+                rows = store.memories.insert([t[1] for t in kept], store.changes.next())
+            except ConstraintError:
+                raise BackendError(
+                    "another writer stored one of these memories while this import wrote them; written so far: "
+                    f"{self.report()}; run the import again, it skips what is already there"
+                ) from None
+            stamp = store.changes.next()
+            for n, (_, _, restored, history) in zip(rows, kept, strict=True):
+                store.memories.restore(n, restored, stamp)
+                for v in history:
+                    store.versions.add(n, v)
+            if vectors is not None and embedder is not None:
+                store.vectors.put(
+                    [(n, embedder.name, vectors[t[0]].tobytes()) for n, t in zip(rows, kept, strict=True)]
+                )
         self.counts["memories"] += len(kept)
+        self.counts["reidentified"] += renamed
         self.tick(len(records))
 
     def write_edges(self) -> None:

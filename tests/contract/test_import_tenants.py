@@ -191,6 +191,9 @@ def test_a_record_without_a_tenant_imports_into_a_second_tenant(make_engine: Mem
     assert eng.agent("alice", tenant="acme").get("alice:1", touch=False).tenant == "acme"
 
 
+_V1 = {"version": 1, "title": "", "content": "first words", "changed_at": 1.0, "changed_by": "alice"}
+
+
 def _many(n: int) -> list[dict[str, Any]]:
     return [{"kind": "memory", "id": f"alice:{i}", "content": f"fact number {i}"} for i in range(n)]
 
@@ -210,6 +213,11 @@ def _many(n: int) -> list[dict[str, Any]]:
         ({"kind": "memory", "id": "alice:z", "content": "x", "owner": "bob"}, "belongs to agent"),
         ({"kind": "memory", "id": "alice:z", "content": ""}, "content is empty"),
         ({"kind": "nonsense"}, "unknown record kind"),
+        ({"kind": "edge", "source": "alice:0", "target": "alice:1", "weight": float("nan")}, "finite numbers"),
+        (
+            {"kind": "memory", "id": "alice:z", "content": "x", "version": 2, "history": [_V1, _V1]},
+            "earlier versions numbered",
+        ),
     ],
 )
 def test_a_refusal_anywhere_in_the_file_writes_nothing(

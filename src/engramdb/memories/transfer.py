@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -53,6 +54,7 @@ FORMAT = "engramdb-export"
 VERSION = 1
 #: memories written per transaction (an interrupted import keeps whole chunks; a rerun completes it)
 CHUNK = 500
+_MAX_ID = 1_000  # characters; minted ids are an agent id, a colon and 24 hex digits
 _SPOOL = 8 << 20  # bytes of a streamed import kept in memory before the rest goes to a temporary file
 
 _MEMORY_FIELDS = frozenset(f.name for f in dataclasses.fields(Memory))
@@ -234,6 +236,7 @@ def _memory(
     mid = r.get("id")
     if not isinstance(mid, str) or not mid:
         raise ValidationError(f"a memory record needs an id, got {mid!r}")
+    mm.check_text("a memory id", mid, _MAX_ID)
     owner = r.get("owner", "")
     if owner not in ("", who.agent_id):
         raise ValidationError(
@@ -266,7 +269,7 @@ def _memory(
         strength=int(r.get("strength", 0)), version=int(r.get("version", 1)), archived=bool(r.get("archived", False)),
         old_count=int(r.get("older_count", 0)), old_newest=r.get("older_newest"), old_oldest=r.get("older_oldest"),
     )  # fmt: skip
-    history = [MemoryVersion(**v) for v in r.get("history") or ()]
+    history = _history(mid, r.get("history") or (), restored.version)
     new = NewMemory(memory, content_hash(content), cue_terms(title, content, *tags), pack_times(recent))
     return new, restored, history
 
@@ -306,6 +309,27 @@ class _PlannedEdge:
     weight: float
     created_at: float
     tenant: str | None
+
+
+def _history(mid: str, raw: object, version: int) -> list[MemoryVersion]:
+    """A record's earlier versions, each numbered once and below the record's own `version`."""
+    if not isinstance(raw, (list, tuple)):
+        raise ValidationError(f"memory {mid}: history must be a list of earlier versions")
+    out: list[MemoryVersion] = []
+    for v in raw:
+        if not isinstance(v, Mapping):
+            raise ValidationError(f"memory {mid}: each earlier version must be an object, got {type(v).__name__}")
+        out.append(MemoryVersion(
+            version=int(v["version"]), title=str(v.get("title") or ""), content=str(v["content"]),
+            changed_at=float(v["changed_at"]), changed_by=str(v.get("changed_by") or ""),
+        ))  # fmt: skip
+    numbers = [v.version for v in out]
+    if len(set(numbers)) < len(numbers) or any(not 1 <= n < version for n in numbers):
+        raise ValidationError(
+            f"memory {mid} is version {version} with earlier versions numbered {numbers}: each earlier "
+            "version needs its own number from 1 to the memory's version minus one"
+        )
+    return out
 
 
 class _Importer:
@@ -417,6 +441,8 @@ class _Importer:
         weight, created = _checked(
             f"{what} record", lambda: (float(e.get("weight", 1.0)), float(e.get("created_at", self.rt.clock())))
         )
+        if not (math.isfinite(weight) and math.isfinite(created)):
+            raise ValidationError(f"{what}: weight and created_at must be finite numbers")
         self.edges.append(
             _PlannedEdge((str(ends[0]), False), (str(ends[1]), False), etype.value, weight, created, tenant)
         )

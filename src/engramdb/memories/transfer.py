@@ -15,8 +15,17 @@ One JSON object per line, each with a ``kind``:
 Import writes through the storage ports as the importing agent (its tenant; records owned by it or
 shared): into an empty store it restores every field; on a second run it changes nothing
 (memories, edges and tombstones already there are skipped). A memory whose text a tombstone of the
-target store already forbids stays forgotten and is skipped. Vectors are not exported: import
-embeds with the target engine's memory embedder (stage ``"embed"``).
+target store already forbids stays forgotten and is skipped, and so are its edges. Vectors are
+not exported: import embeds with the target engine's memory embedder (stage ``"embed"``).
+
+It reads the records twice: first it checks every one and decides every id, so any refusal comes
+before the first write; then it writes. A memory keeps its id when it comes from the importing
+tenant (a record that names no tenant counts as such) and no memory the importer cannot see
+holds that id. Otherwise — an export of tenant ``acme`` imported into ``globex``, or an id held by
+another agent's private memory — it gets a derived id, a digest of (importing tenant, old id), and
+every edge and tombstone naming it follows. Being a function of the file and the tenant, the
+derived id is found again by a rerun (nothing changes) without a mapping kept in the store, and is
+the same on both backends; `ImportReport.reidentified` counts the memories written under one.
 
     with open("alice.jsonl", "w") as out:
         export_jsonl(me, out)

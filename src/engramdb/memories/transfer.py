@@ -20,8 +20,8 @@ not exported: import embeds with the target engine's memory embedder (stage ``"e
 
 It reads the records twice: first it checks every one and decides every id, so any refusal comes
 before the first write; then it writes. A memory keeps its id when it comes from the importing
-tenant (a record that names no tenant counts as such) and no memory the importer cannot see
-holds that id. Otherwise — an export of tenant ``acme`` imported into ``globex``, or an id held by
+tenant (a record naming none, in a file whose first line names none, counts as such) and no
+memory the importer cannot see holds that id. Otherwise — an export of tenant ``acme`` imported into ``globex``, or an id held by
 another agent's private memory — it gets a derived id, a digest of (importing tenant, old id), and
 every edge and tombstone naming it follows. Being a function of the file and the tenant, the
 derived id is found again by a rerun (nothing changes) without a mapping kept in the store, and is
@@ -199,7 +199,7 @@ def import_jsonl(
         return _run(agent, lambda: read_jsonl(source), progress, total)
     # A stream is read once: its lines are kept aside (in memory, then on disk past a few MB)
     # for the second pass, which writes what the first has checked.
-    with tempfile.SpooledTemporaryFile(max_size=_SPOOL, mode="w+", encoding="utf-8", newline="") as spool:
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL, mode="w+", encoding="utf-8", newline="\n") as spool:
         for i, line in enumerate(source, 1):
             if not isinstance(line, str):
                 raise ValidationError(
@@ -397,7 +397,7 @@ class _Importer:
             elif kind == "memory":
                 new, _, _ = self.parse(record)
                 mid = new.memory.id
-                tenant = _tenant_of(record, None, f"memory {mid}")
+                tenant = _tenant_of(record, self.header_tenant, f"memory {mid}")
                 key = self.key(mid, tenant)
                 self.keys.append(key)
                 self.first_key.setdefault(mid, key)

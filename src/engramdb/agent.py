@@ -457,7 +457,16 @@ class Agent:
         self, source: IO[str] | str | os.PathLike[str], *, progress: Progress | None = None
     ) -> transfer.ImportReport:
         """Import a JSON Lines export as this agent (its tenant; its own and shared records);
-        idempotent: what is already in the store is skipped. `progress` hears stage ``import``."""
+        idempotent: what is already in the store is skipped. Every record is checked before the
+        first write, so a refusal (`ValidationError`) stores nothing. An export of another tenant
+        is copied under new ids, its links kept (`ImportReport.reidentified`). `progress` hears
+        stage ``import``.
+
+        Example::
+
+            engine.agent("alice", tenant="acme").export_jsonl("acme.jsonl")
+            engine.agent("alice", tenant="globex").import_jsonl("acme.jsonl").reidentified
+        """
         return transfer.import_jsonl(self, source, progress=check_progress(progress))
 
     def import_records(

@@ -111,6 +111,18 @@ def test_many_listing_and_visible_ids(backend: Backend, store: Store) -> None:
     assert backend.memories.key_of("other", ms[1].id) is None
 
 
+def test_taken_ids_are_what_a_new_memory_of_the_tenant_may_not_be_given(
+    backend: Backend, store: Store, backend_name: str
+) -> None:
+    mine, theirs = memory(owner="bob"), memory(owner="alice", tenant="other")
+    store(mine, theirs)
+    ids = [mine.id, theirs.id, "alice:nope"]
+    assert backend.memories.taken_ids("default", ids) == (
+        {mine.id, theirs.id} if backend_name == "sqlite" else {mine.id}  # SQLite's id index spans the file
+    )
+    assert backend.memories.taken_ids("default", []) == set()
+
+
 def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, store: Store) -> None:
     text = "The Deploy key rotates weekly."
     ms = [

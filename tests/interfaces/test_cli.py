@@ -116,6 +116,21 @@ def test_export_import_round_trip(tmp_path: Path) -> None:
     assert _run(dst, "--agent", "bob", "import", str(path)).exit_code == Exit.REFUSED
 
 
+def test_import_into_another_tenant_of_the_same_file(tmp_path: Path) -> None:
+    """On main: ``UNIQUE constraint failed: engram_memories.id``, an engine table in the user's error."""
+    db, path = tmp_path / "a.db", tmp_path / "acme.jsonl"
+    for text in ("Ada leads payments", "Grace leads search"):
+        _run(db, "--tenant", "acme", "remember", text)
+    _run(db, "--tenant", "acme", "export", str(path))
+    out = _run(db, "--tenant", "globex", "import", str(path))
+    assert out.exit_code == 0, out.output
+    assert "imported 2 memories" in out.stdout and "2 memories under new ids" in out.stdout
+    again = _json(_run(db, "--json", "--tenant", "globex", "import", str(path)))
+    assert again["memories"] == 0 and again["memories_present"] == 2  # type: ignore[index]
+    hits = _json(_run(db, "--json", "--tenant", "globex", "recall", "who leads payments", "-k", "1"))
+    assert hits["hits"][0]["memory"]["content"] == "Ada leads payments"  # type: ignore[index]
+
+
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     runner = CliRunner()
     assert runner.invoke(cli, ["recall", "x"], env={"ENGRAMDB_URL": ""}).exit_code == Exit.USAGE

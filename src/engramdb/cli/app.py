@@ -370,7 +370,8 @@ def import_cmd(path: str) -> None:
         rep,
         f"imported {rep.memories} memories, {rep.edges} edges, {rep.tombstones} tombstones; already present: "
         f"{rep.memories_present} memories, {rep.edges_present} edges, {rep.tombstones_present} tombstones; "
-        f"kept forgotten: {rep.memories_forgotten}",
+        f"kept forgotten: {rep.memories_forgotten} memories, {rep.edges_forgotten} edges"
+        + (f"; {rep.reidentified} memories under new ids (from another tenant)" if rep.reidentified else ""),
     )
 
 

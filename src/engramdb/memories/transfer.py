@@ -15,8 +15,17 @@ One JSON object per line, each with a ``kind``:
 Import writes through the storage ports as the importing agent (its tenant; records owned by it or
 shared): into an empty store it restores every field; on a second run it changes nothing
 (memories, edges and tombstones already there are skipped). A memory whose text a tombstone of the
-target store already forbids stays forgotten and is skipped. Vectors are not exported: import
-embeds with the target engine's memory embedder (stage ``"embed"``).
+target store already forbids stays forgotten and is skipped, and so are its edges. Vectors are
+not exported: import embeds with the target engine's memory embedder (stage ``"embed"``).
+
+It reads the records twice: first it checks every one and decides every id, so any refusal comes
+before the first write; then it writes. A memory keeps its id when it comes from the importing
+tenant (a record naming none, in a file whose first line names none, counts as such) and no
+memory the importer cannot see holds that id. Otherwise — an export of tenant ``acme`` imported into ``globex``, or an id held by
+another agent's private memory — it gets a derived id, a digest of (importing tenant, old id), and
+every edge and tombstone naming it follows. Being a function of the file and the tenant, the
+derived id is found again by a rerun (nothing changes) without a mapping kept in the store, and is
+the same on both backends; `ImportReport.reidentified` counts the memories written under one.
 
     with open("alice.jsonl", "w") as out:
         export_jsonl(me, out)
@@ -26,14 +35,18 @@ embeds with the target engine's memory embedder (stage ``"embed"``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from engramdb.errors import ValidationError
+from engramdb.errors import BackendError, ConstraintError, ValidationError
 from engramdb.memories import model as mm
 from engramdb.memories.model import Confidentiality, Edge, Memory, MemoryRef, MemoryVersion, Principal, Tombstone
 from engramdb.memories.runtime import Acting, Runtime
@@ -50,6 +63,8 @@ FORMAT = "engramdb-export"
 VERSION = 1
 #: memories written per transaction (an interrupted import keeps whole chunks; a rerun completes it)
 CHUNK = 500
+_MAX_ID = 1_000  # characters; minted ids are an agent id, a colon and 24 hex digits
+_SPOOL = 8 << 20  # bytes of a streamed import kept in memory before the rest goes to a temporary file
 
 _MEMORY_FIELDS = frozenset(f.name for f in dataclasses.fields(Memory))
 _KNOWN = _MEMORY_FIELDS | {"kind", "history", "edges"}
@@ -66,6 +81,10 @@ class ImportReport:
     edges_present: int = 0
     tombstones: int = 0
     tombstones_present: int = 0
+    #: of `memories`, how many were written under a new id: their own was held by another
+    #: tenant's memory or by one this agent cannot see, or they come from another tenant
+    reidentified: int = 0
+    edges_forgotten: int = 0  # not written: one of their ends is in `memories_forgotten`
 
 
 # -- export ------------------------------------------------------------------------------------
@@ -175,8 +194,24 @@ def import_jsonl(
 ) -> ImportReport:
     """Import a JSON Lines export (a path or a text stream) as `agent`; see the module docstring."""
     _check_source(source)  # before any record is read, so a bad path changes nothing
-    total = count_lines(source) if isinstance(source, (str, os.PathLike)) and Path(source).is_file() else None
-    return import_records(agent, read_jsonl(source), progress=progress, total=total)
+    if isinstance(source, (str, os.PathLike)):
+        total = count_lines(source) if Path(source).is_file() else None
+        return _run(agent, lambda: read_jsonl(source), progress, total)
+    # A stream is read once: its lines are kept aside (in memory, then on disk past a few MB)
+    # for the second pass, which writes what the first has checked.
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL, mode="w+", encoding="utf-8", newline="\n") as spool:
+        for i, line in enumerate(source, 1):
+            if not isinstance(line, str):
+                raise ValidationError(
+                    f"line {i} is not text: read from a text stream or a file path, not {type(line).__name__}"
+                )
+            spool.write(line if line.endswith("\n") else line + "\n")
+
+        def again() -> Iterator[dict[str, Any]]:
+            spool.seek(0)
+            return read_jsonl(spool)
+
+        return _run(agent, again, progress, None)
 
 
 def _level(value: object, what: str) -> Confidentiality:
@@ -210,6 +245,7 @@ def _memory(
     mid = r.get("id")
     if not isinstance(mid, str) or not mid:
         raise ValidationError(f"a memory record needs an id, got {mid!r}")
+    mm.check_text("a memory id", mid, _MAX_ID)
     owner = r.get("owner", "")
     if owner not in ("", who.agent_id):
         raise ValidationError(
@@ -248,12 +284,73 @@ def _memory(
         strength=int(r.get("strength", 0)), version=int(r.get("version", 1)), archived=bool(r.get("archived", False)),
         old_count=int(r.get("older_count", 0)), old_newest=r.get("older_newest"), old_oldest=r.get("older_oldest"),
     )  # fmt: skip
-    history = [MemoryVersion(**v) for v in r.get("history") or ()]
+    history = _history(mid, r.get("history") or (), restored.version)
     new = NewMemory(memory, content_hash(content), cue_terms(title, content, *tags), pack_times(recent))
     return new, restored, history
 
 
+#: (an id as the file names it, whether it comes from another tenant than the importer's)
+_Key = tuple[str, bool]
+_TOKEN = re.compile(r"[0-9a-f]{24}")
+
+
+def _derived_id(tenant: str, old: str, attempt: int) -> str:
+    """The id the memory `old` is given in `tenant` when it cannot keep its own.
+
+    A digest of (tenant, old id, attempt), so a rerun of the same import finds the same id again
+    without any mapping kept in the store, and two tenants importing one file get different ids.
+    The author prefix and the token's second (`text.id_tokens`) are kept: the id still says who
+    wrote it and when it was minted, and sorts where the original did.
+    """
+    prefix, sep, token = old.rpartition(":")
+    digest = hashlib.sha256(f"{tenant}\0{old}\0{attempt}".encode("utf-8", "surrogatepass")).hexdigest()
+    second = token[:8] if sep and _TOKEN.fullmatch(token) else digest[16:24]
+    return f"{prefix if sep else old}:{second}{digest[:16]}"
+
+
+def _tenant_of(record: Mapping[str, Any], default: str | None, what: str) -> str | None:
+    tenant = record.get("tenant", default)
+    if tenant is not None and not isinstance(tenant, str):
+        raise ValidationError(f"{what} names its tenant as {tenant!r}; a tenant is a str")
+    return tenant
+
+
+@dataclass(slots=True)
+class _PlannedEdge:
+    #: the ends as the file names them, then (after the whole file is read) their keys
+    source: _Key
+    target: _Key
+    type: str
+    weight: float
+    created_at: float
+    tenant: str | None
+
+
+def _history(mid: str, raw: object, version: int) -> list[MemoryVersion]:
+    """A record's earlier versions, each numbered once and below the record's own `version`."""
+    if not isinstance(raw, (list, tuple)):
+        raise ValidationError(f"memory {mid}: history must be a list of earlier versions")
+    out: list[MemoryVersion] = []
+    for v in raw:
+        if not isinstance(v, Mapping):
+            raise ValidationError(f"memory {mid}: each earlier version must be an object, got {type(v).__name__}")
+        out.append(MemoryVersion(
+            version=int(v["version"]), title=str(v.get("title") or ""), content=str(v["content"]),
+            changed_at=float(v["changed_at"]), changed_by=str(v.get("changed_by") or ""),
+        ))  # fmt: skip
+    numbers = [v.version for v in out]
+    if len(set(numbers)) < len(numbers) or any(not 1 <= n < version for n in numbers):
+        raise ValidationError(
+            f"memory {mid} is version {version} with earlier versions numbered {numbers}: each earlier "
+            "version needs its own number from 1 to the memory's version minus one"
+        )
+    return out
+
+
 class _Importer:
+    """Two passes over the records: `plan` checks every record and decides every id before the
+    first write (so a refusal changes nothing), `write` stores what the plan kept."""
+
     def __init__(self, agent: Acting, progress: Progress | None, total: int | None) -> None:
         self.rt: Runtime = agent.runtime
         self.who: Principal = agent.principal
@@ -261,9 +358,16 @@ class _Importer:
         self.total = total
         self.done = 0
         self.counts = {f.name: 0 for f in dataclasses.fields(ImportReport)}
+        self.header_tenant: str | None = None
+        self.keys: list[_Key] = []  # of the file's memory records, in order
+        self.first_key: dict[str, _Key] = {}  # a file id → the key of its first memory record
+        self.edges: list[_PlannedEdge] = []
         self.edge_lines = 0
-        self.pending: list[dict[str, Any]] = []
-        self.edges: list[Mapping[str, Any]] = []
+        self.named_stones: list[tuple[Tombstone, tuple[str, str | None]]] = []
+        self.stones: list[tuple[Tombstone, _Key]] = []
+        self.ids: dict[_Key, tuple[str, bool]] = {}  # → (its id here, already held by a memory the importer sees)
+        self.forbidden: set[_Key] = set()  # a tombstone of the target store forbids their text
+        self.written: set[str] = set()
         store = self.rt.store
         self.stones_before = {
             (s.memory_id, s.forgotten_at) for s in store.tombstones.listing(self.who.tenant, ["", self.who.agent_id])
@@ -273,76 +377,90 @@ class _Importer:
         self.done += n
         report(self.progress, "import", self.done, self.total)
 
-    def memory(self, record: dict[str, Any]) -> None:
-        self.pending.append(record)
-        self.edges.extend({"kind": "edge", **e} for e in record.get("edges") or ())
-        if len(self.pending) >= CHUNK:
-            self.flush()
+    def key(self, memory_id: str, tenant: str | None) -> _Key:
+        return memory_id, tenant is not None and tenant != self.who.tenant
 
-    def flush(self) -> None:
-        records, self.pending = self.pending, []
-        if not records:
-            return
-        rt, who, store = self.rt, self.who, self.rt.store
-        parsed = [
-            _checked(
-                f"memory record {r.get('id')!r}",
-                lambda r=r: _memory(who, {k: v for k, v in r.items() if k not in ("kind", "edges")}, rt.limits),  # type: ignore[misc]
-            )
-            for r in records
-        ]
-        fresh = [p for p in parsed if store.memories.key_of(who.tenant, p[0].memory.id) is None]
-        self.counts["memories_present"] += len(parsed) - len(fresh)
-        stones = store.tombstones.find(
-            who.tenant, [p[0].memory.owner for p in fresh], [p[0].content_hash for p in fresh]
-        )
-        kept = [p for p in fresh if (p[0].memory.owner, p[0].content_hash) not in stones]
-        self.counts["memories_forgotten"] += len(fresh) - len(kept)
-        embedder = rt.embedder
-        vectors = embed_texts(
-            rt,
-            [f"{p[0].memory.title}. {p[0].memory.content}" if p[0].memory.title else p[0].memory.content for p in kept],
-        )
-        if kept:
-            with store.atomic():
-                keys = store.memories.insert([p[0] for p in kept], store.changes.next())
-                stamp = store.changes.next()
-                for key, (_, restored, history) in zip(keys, kept, strict=True):
-                    store.memories.restore(key, restored, stamp)
-                    for v in history:
-                        store.versions.add(key, v)
-                if vectors is not None and embedder is not None:
-                    store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
-        self.counts["memories"] += len(kept)
-        self.tick(len(records))
+    def named(self, memory_id: str, tenant: str | None) -> _Key:
+        """The key of a memory an edge or a tombstone names: that of the file's memory record of
+        this id if there is one, else the id as from the tenant the naming record comes from."""
+        return self.first_key.get(memory_id) or self.key(memory_id, tenant)
 
-    def finish_edges(self) -> None:
-        rt, who, store = self.rt, self.who, self.rt.store
-        if not self.edges:
-            self.tick(self.edge_lines)
-            return
-        vis = who.visibility(include_archived=True)
-        ids = sorted({str(e.get(end)) for e in self.edges for end in ("source", "target")})
-        keys = store.memories.visible_ids(vis, ids)
-        rows: dict[float, list[tuple[int, int, str, float]]] = {}
+    # -- pass 1 --------------------------------------------------------------------------------
+
+    def plan(self, records: Iterable[object]) -> None:
+        first = True
+        hashes: dict[_Key, tuple[str, str]] = {}
+        for record in records:
+            if not isinstance(record, Mapping):
+                raise ValidationError(f"each record must be a JSON object, got {type(record).__name__}")
+            kind = record.get("kind", "memory")
+            if first and kind == FORMAT:
+                if record.get("version") != VERSION:
+                    raise ValidationError(
+                        f"this file is export format version {record.get('version')!r}; this engramdb reads version {VERSION}"
+                    )
+                self.header_tenant = _tenant_of(record, None, "the export's first line")
+            elif kind == "memory":
+                new, _, _ = self.parse(record)
+                mid = new.memory.id
+                tenant = _tenant_of(record, self.header_tenant, f"memory {mid}")
+                key = self.key(mid, tenant)
+                self.keys.append(key)
+                self.first_key.setdefault(mid, key)
+                hashes.setdefault(key, (new.memory.owner, new.content_hash))
+                nested = record.get("edges") or ()
+                if not isinstance(nested, (list, tuple)):
+                    raise ValidationError(f"memory {mid}: edges must be a list of edge records")
+                for e in nested:
+                    if not isinstance(e, Mapping):
+                        raise ValidationError(f"memory {mid}: each edge must be an object, got {type(e).__name__}")
+                    self.edge({"source": mid, **e}, tenant)
+            elif kind == "edge":
+                self.edge(record, self.header_tenant)
+                self.edge_lines += 1
+            elif kind == "tombstone":
+                self.tombstone(record)
+            else:
+                raise ValidationError(f"unknown record kind {kind!r}; expected memory, edge or tombstone")
+            first = False
         for e in self.edges:
-            src, dst = keys.get(str(e.get("source"))), keys.get(str(e.get("target")))
-            if src is None or dst is None:
-                raise ValidationError(
-                    f"edge {e.get('source')!r} → {e.get('target')!r} names a memory that is not in the store "
-                    "(or not visible to this agent); edges were not imported"
-                )
-            etype = mm.check_edge_type(e.get("type", "related"))
-            rows.setdefault(float(e.get("created_at", rt.clock())), []).append(
-                (src, dst, etype.value, float(e.get("weight", 1.0)))
-            )
-        written = 0
-        with store.atomic():
-            for created, batch in rows.items():
-                written += store.edges.put(who.tenant, batch, now=created, by=who.agent_id, replace=False)
-        self.counts["edges"] += written
-        self.counts["edges_present"] += len(self.edges) - written
-        self.tick(self.edge_lines)
+            e.source, e.target = self.named(e.source[0], e.tenant), self.named(e.target[0], e.tenant)
+        self.stones = [(stone, self.named(stone.memory_id, tenant)) for stone, (_, tenant) in self.named_stones]
+        self.resolve([*hashes, *(k for e in self.edges for k in (e.source, e.target)), *(k for _, k in self.stones)])
+        fresh = [k for k in hashes if not self.ids[k][1]]
+        store, tenant = self.rt.store, self.who.tenant
+        for start in range(0, len(fresh), CHUNK):
+            part = fresh[start : start + CHUNK]
+            stones = store.tombstones.find(tenant, [hashes[k][0] for k in part], [hashes[k][1] for k in part])
+            self.forbidden.update(k for k in part if hashes[k] in stones)
+        for e in self.edges:
+            for k in (e.source, e.target):
+                if k not in hashes and not self.ids[k][1]:
+                    raise ValidationError(
+                        f"edge {e.source[0]!r} → {e.target[0]!r} names a memory that is not in the import nor "
+                        "in the store (or not visible to this agent); nothing was imported"
+                    )
+
+    def parse(self, record: Mapping[str, Any]) -> tuple[NewMemory, Restored, list[MemoryVersion]]:
+        rt, who = self.rt, self.who
+        fields = {k: v for k, v in record.items() if k not in ("kind", "edges")}
+        return _checked(f"memory record {record.get('id')!r}", lambda: _memory(who, fields, rt.limits))
+
+    def edge(self, e: Mapping[str, Any], tenant: str | None) -> None:
+        what = f"edge {e.get('source')!r} → {e.get('target')!r}"
+        tenant = _tenant_of(e, tenant, what)
+        ends = e.get("source"), e.get("target")
+        if not all(isinstance(x, str) and x for x in ends):
+            raise ValidationError(f"{what} needs the ids of both its memories")
+        etype = mm.check_edge_type(e.get("type", "related"))
+        weight, created = _checked(
+            f"{what} record", lambda: (float(e.get("weight", 1.0)), float(e.get("created_at", self.rt.clock())))
+        )
+        if not (math.isfinite(weight) and math.isfinite(created)):
+            raise ValidationError(f"{what}: weight and created_at must be finite numbers")
+        self.edges.append(
+            _PlannedEdge((str(ends[0]), False), (str(ends[1]), False), etype.value, weight, created, tenant)
+        )
 
     def tombstone(self, record: Mapping[str, Any]) -> None:
         who = self.who
@@ -363,13 +481,182 @@ class _Importer:
                 f"tombstone of {stone.memory_id!r} is {stone.confidentiality.name}, above this handle's cap "
                 f"{who.cap.name}; import with a higher cap"
             )
-        if (stone.memory_id, stone.forgotten_at) in self.stones_before:
-            self.counts["tombstones_present"] += 1
-        else:
-            self.rt.store.tombstones.add(stone)
-            self.stones_before.add((stone.memory_id, stone.forgotten_at))
-            self.counts["tombstones"] += 1
-        self.tick()
+        tenant = _tenant_of(record, self.header_tenant, what)
+        self.named_stones.append((stone, (stone.memory_id, tenant)))
+
+    def candidate(self, key: _Key, attempt: int) -> str:
+        old, foreign = key
+        if not foreign:
+            if attempt == 0:
+                return old
+            attempt -= 1
+        return _derived_id(self.who.tenant, old, attempt)
+
+    def resolve(self, keys: Iterable[_Key]) -> None:
+        """Decide the id of every memory the import names: its own when it comes from this tenant
+        and no memory the importer cannot see holds it; else the first derived id that is free or
+        held by a memory the importer sees (the same memory, from an earlier run of this import)."""
+        store, who = self.rt.store, self.who
+        vis = who.visibility(include_archived=True)
+        attempts = dict.fromkeys(keys, 0)
+        # A memory of another tenant that this tenant already holds under its own id is that
+        # memory: so were copies made before imports re-identified (PostgreSQL kept the id).
+        foreign = sorted({k[0] for k in attempts if k[1]})
+        for mid in store.memories.visible_ids(vis, foreign):
+            self.ids[mid, True] = (mid, True)
+            del attempts[mid, True]
+        while attempts:
+            wanted = {k: self.candidate(k, n) for k, n in attempts.items()}
+            ids = sorted(set(wanted.values()))
+            seen = store.memories.visible_ids(vis, ids)
+            taken = store.memories.taken_ids(who.tenant, [i for i in ids if i not in seen])
+            retry: dict[_Key, int] = {}
+            for k, mid in wanted.items():
+                if mid in taken:
+                    retry[k] = attempts[k] + 1
+                else:
+                    self.ids[k] = (mid, mid in seen)
+            attempts = retry
+
+    # -- pass 2 --------------------------------------------------------------------------------
+
+    def write(self, records: Iterable[Mapping[str, Any]]) -> None:
+        pending: list[tuple[_Key, Mapping[str, Any]]] = []
+        planned = iter(self.keys)
+        first = True
+        for record in records:
+            kind = record.get("kind", "memory")
+            if first and kind == FORMAT:
+                self.tick()
+            elif kind == "memory":
+                key = next(planned, None)
+                if key is None or key[0] != record.get("id"):
+                    raise ValidationError(self.changed())
+                pending.append((key, record))
+                if len(pending) >= CHUNK:
+                    self.flush(pending)
+                    pending = []
+            first = False
+        if next(planned, None) is not None:
+            raise ValidationError(self.changed())
+        self.flush(pending)
+        self.write_edges()
+        self.write_tombstones()
+
+    def changed(self) -> str:
+        return (
+            "the import source changed while it was read (its memory records differ from the first reading); "
+            f"written so far: {self.report()}; import a file nobody writes to meanwhile, a rerun completes it"
+        )
+
+    def flush(self, records: list[tuple[_Key, Mapping[str, Any]]]) -> None:
+        if not records:
+            return
+        rt, store = self.rt, self.rt.store
+        todo: list[tuple[_Key, NewMemory, Restored, list[MemoryVersion]]] = []
+        for key, record in records:
+            mid, present = self.ids[key]
+            if present or mid in self.written:
+                self.counts["memories_present"] += 1
+                continue
+            if key in self.forbidden:
+                self.counts["memories_forgotten"] += 1
+                continue
+            try:
+                new, restored, history = self.parse(record)
+            except ValidationError:
+                raise ValidationError(self.changed()) from None
+            self.written.add(mid)
+            todo.append((key, new, restored, history))
+        if not todo:
+            self.tick(len(records))
+            return
+        embedder = rt.embedder
+        texts = [f"{m.title}. {m.content}" if m.title else m.content for m in (t[1].memory for t in todo)]
+        vectors = embed_texts(rt, texts)
+        with store.atomic():
+            # Decided again under the write lock: another writer may have stored one of these ids
+            # since the plan (a concurrent run of this import, or another tenant's on SQLite).
+            self.resolve(k for k, *_ in todo)
+            kept: list[tuple[int, NewMemory, Restored, list[MemoryVersion]]] = []
+            renamed = 0
+            for i, (key, new, restored, history) in enumerate(todo):
+                mid, present = self.ids[key]
+                if present:
+                    self.counts["memories_present"] += 1
+                    continue
+                if mid != new.memory.id:
+                    new = dataclasses.replace(new, memory=dataclasses.replace(new.memory, id=mid))
+                    renamed += 1
+                self.written.add(mid)
+                kept.append((i, new, restored, history))
+            if not kept:
+                self.tick(len(records))
+                return
+            try:
+                rows = store.memories.insert([t[1] for t in kept], store.changes.next())
+            except ConstraintError:
+                raise BackendError(
+                    "another writer stored one of these memories while this import wrote them; written so far: "
+                    f"{self.report()}; run the import again, it skips what is already there"
+                ) from None
+            stamp = store.changes.next()
+            for n, (_, _, restored, history) in zip(rows, kept, strict=True):
+                store.memories.restore(n, restored, stamp)
+                for v in history:
+                    store.versions.add(n, v)
+            if vectors is not None and embedder is not None:
+                store.vectors.put(
+                    [(n, embedder.name, vectors[t[0]].tobytes()) for n, t in zip(rows, kept, strict=True)]
+                )
+        self.counts["memories"] += len(kept)
+        self.counts["reidentified"] += renamed
+        self.tick(len(records))
+
+    def write_edges(self) -> None:
+        who, store = self.who, self.rt.store
+        live = [e for e in self.edges if e.source not in self.forbidden and e.target not in self.forbidden]
+        self.counts["edges_forgotten"] += len(self.edges) - len(live)
+        if not live:
+            self.tick(self.edge_lines)
+            return
+        vis = who.visibility(include_archived=True)
+        keys = store.memories.visible_ids(vis, sorted({self.ids[k][0] for e in live for k in (e.source, e.target)}))
+        rows: dict[float, list[tuple[int, int, str, float]]] = {}
+        for e in live:
+            src, dst = keys.get(self.ids[e.source][0]), keys.get(self.ids[e.target][0])
+            if src is None or dst is None:  # hidden or removed since the plan by another writer
+                raise ValidationError(
+                    f"edge {e.source[0]!r} → {e.target[0]!r} names a memory no longer visible to this agent; "
+                    f"written so far: {self.report()}; edges were not imported"
+                )
+            rows.setdefault(e.created_at, []).append((src, dst, e.type, e.weight))
+        written = 0
+        with store.atomic():
+            for created, batch in rows.items():
+                written += store.edges.put(who.tenant, batch, now=created, by=who.agent_id, replace=False)
+        self.counts["edges"] += written
+        self.counts["edges_present"] += len(live) - written
+        self.tick(self.edge_lines)
+
+    def write_tombstones(self) -> None:
+        # Tombstones last: a memory of this very file is checked only against the stones the store
+        # held before (the file's own live memories were there in the store it came from).
+        with self.rt.store.atomic():
+            for stone, key in self.stones:
+                mid = self.ids[key][0]
+                if mid != stone.memory_id:
+                    stone = dataclasses.replace(stone, memory_id=mid)
+                if {(mid, stone.forgotten_at), (key[0], stone.forgotten_at)} & self.stones_before:
+                    self.counts["tombstones_present"] += 1
+                else:
+                    self.rt.store.tombstones.add(stone)
+                    self.stones_before.add((stone.memory_id, stone.forgotten_at))
+                    self.counts["tombstones"] += 1
+                self.tick()
+
+    def report(self) -> ImportReport:
+        return ImportReport(**self.counts)
 
 
 def import_records(
@@ -377,42 +664,26 @@ def import_records(
 ) -> ImportReport:
     """Import export lines (or the dicts `Agent.export` gives) as `agent`; an `ImportReport`.
 
-    `total` is the number of records, for `progress` (stage ``"import"``, records done).
+    `total` is the number of records, for `progress` (stage ``"import"``, records done). The
+    records are read twice (checked, then written); an iterator is held in a list for that.
     """
+    again = records if isinstance(records, Sequence) else list(records)
+    return _run(agent, lambda: again, progress, total)
+
+
+def _run(
+    agent: Acting,
+    records: Callable[[], Iterable[Mapping[str, Any]]],
+    progress: Progress | None,
+    total: int | None,
+) -> ImportReport:
     imp = _Importer(agent, progress, total)
+    imp.plan(records())
     report(progress, "import", 0, total)
-    first = True
-    tombstones: list[Mapping[str, Any]] = []
-    for record in records:
-        if not isinstance(record, Mapping):
-            raise ValidationError(f"each record must be a JSON object, got {type(record).__name__}")
-        kind = record.get("kind", "memory")
-        if first and kind == FORMAT:
-            if record.get("version") != VERSION:
-                raise ValidationError(
-                    f"this file is export format version {record.get('version')!r}; this engramdb reads version {VERSION}"
-                )
-            imp.tick()
-        elif kind == "memory":
-            imp.memory(dict(record))
-        elif kind == "edge":
-            imp.edges.append(record)
-            imp.edge_lines += 1
-        elif kind == "tombstone":
-            tombstones.append(record)
-        else:
-            raise ValidationError(f"unknown record kind {kind!r}; expected memory, edge or tombstone")
-        first = False
-    imp.flush()
-    imp.finish_edges()
-    # Tombstones last: a memory of this very file is checked only against the stones the store
-    # held before (the file's own live memories were there in the store it came from).
-    with imp.rt.store.atomic():
-        for stone in tombstones:
-            imp.tombstone(stone)
+    imp.write(records())
     if total is None:
         report(progress, "import", imp.done, imp.done)
-    return ImportReport(**imp.counts)
+    return imp.report()
 
 
 __all__ = [

@@ -288,6 +288,11 @@ class MemoryRows(Protocol):
         """The key of `memory_id` in `tenant` (engine-internal: no visibility)."""
         ...
 
+    def taken_ids(self, tenant: str, ids: Sequence[str]) -> set[str]:
+        """Those `ids` a new memory of `tenant` may not be given (engine-internal: no visibility):
+        held in `tenant`, or — on a store whose memory ids are unique across tenants — in any."""
+        ...
+
     def update(self, key: int, change: ContentChange, stamp: int) -> None:
         """Replace the editable fields of memory `key`; its confidentiality becomes the higher of
         the stored one and `change.confidentiality` (an update never lowers a level)."""

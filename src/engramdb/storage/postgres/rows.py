@@ -407,6 +407,14 @@ class PgMemoryRows:
         rows = self._fetch(tenant, f"SELECT n FROM {M} WHERE tenant = %s AND id = %s", (tenant, memory_id))  # noqa: S608 - engine table names and predicates, values bound
         return int(rows[0][0]) if rows else None
 
+    def taken_ids(self, tenant: str, ids: Sequence[str]) -> set[str]:
+        # Ids are unique per tenant here (UNIQUE (tenant, id)): another tenant's are no obstacle,
+        # and row-level security keeps them out of reach anyway.
+        if not ids:
+            return set()
+        rows = self._fetch(tenant, f"SELECT id FROM {M} WHERE tenant = %s AND id = ANY(%s)", (tenant, list(ids)))  # noqa: S608 - engine table names and predicates, values bound
+        return {str(r[0]) for r in rows}
+
     def scan(self, vis: Visibility, after: int, limit: int) -> list[RescoreRow]:
         pred, params = predicate(vis)
         rows = self._fetch(

@@ -451,6 +451,19 @@ class SqliteMemoryRows:
         return None if row is None else int(row[0])
 
     @translated
+    def taken_ids(self, tenant: str, ids: Sequence[str]) -> set[str]:
+        # One file's ids are unique across its tenants (the id column's UNIQUE index), so an id
+        # another tenant holds is taken here too; only the id itself is read, never the row.
+        del tenant
+        out: set[str] = set()
+        db = self._db()
+        for start in range(0, len(ids), _CHUNK):
+            marks, named = _named("i", list(ids[start : start + _CHUNK]))
+            sql = f"SELECT id FROM engram_memories WHERE id IN ({marks})"  # noqa: S608 - engine-built fragments, values bound
+            out.update(str(r[0]) for r in db.execute(sql, named))
+        return out
+
+    @translated
     def scan(self, vis: Visibility, after: int, limit: int) -> list[RescoreRow]:
         pred, params = predicate(vis)
         return (

@@ -468,6 +468,25 @@ def sever(conn: psycopg.Connection[Any]) -> None:
             sock.close()
 
 
+class _Watched:
+    """One call's entry in `Liveness`, for the length of a ``with`` block (kept small: every port
+    call makes one)."""
+
+    __slots__ = ("_calls", "_conn")
+
+    def __init__(
+        self, calls: dict[object, tuple[float, psycopg.Connection[Any]]], conn: psycopg.Connection[Any]
+    ) -> None:
+        self._calls = calls
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._calls[self] = (time.monotonic(), self._conn)
+
+    def __exit__(self, *exc: object) -> None:
+        self._calls.pop(self, None)
+
+
 class Liveness:
     """The calls of one store that wait on the server, and a thread that, when one has waited
     `PostgresSettings.probe_after`, checks that the server still answers a new connection. When
@@ -480,8 +499,8 @@ class Liveness:
         self._url = url
         self._settings = settings
         self._cond = threading.Condition()
-        self._calls: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
-        self._ids = iter(range(1 << 62))
+        #: the waiting calls, by a token of their own (dict item set / pop are atomic: no lock)
+        self._calls: dict[object, tuple[float, psycopg.Connection[Any]]] = {}
         self._severed: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -489,20 +508,14 @@ class Liveness:
         self.probes = 0
         self.cut = 0
 
-    @contextlib.contextmanager
-    def watch(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
-        """Count `conn` as waiting on the server for the length of the block."""
-        with self._cond:
-            token = next(self._ids)
-            self._calls[token] = (time.monotonic(), conn)
-            if self._thread is None and not self._stopping:
-                self._thread = threading.Thread(target=self._loop, name="engramdb-pg-liveness", daemon=True)
-                self._thread.start()
-        try:
-            yield
-        finally:
+    def watch(self, conn: psycopg.Connection[Any]) -> _Watched:
+        """Count `conn` as waiting on the server for the length of a ``with`` block."""
+        if self._thread is None:
             with self._cond:
-                self._calls.pop(token, None)
+                if self._thread is None and not self._stopping:
+                    self._thread = threading.Thread(target=self._loop, name="engramdb-pg-liveness", daemon=True)
+                    self._thread.start()
+        return _Watched(self._calls, conn)
 
     def explain(self, exc: BaseException, conn: psycopg.Connection[Any] | None) -> EngramError:
         """`convert(exc)`, saying so when `conn` was shut because the server went silent."""
@@ -523,14 +536,13 @@ class Liveness:
                     return
                 self._cond.wait(timeout=tick)
                 now = time.monotonic()
-                late = [c for t0, c in self._calls.values() if now - t0 >= self._settings.probe_after]
+                late = [c for t0, c in self._calls.copy().values() if now - t0 >= self._settings.probe_after]
             if not late or now - last_probe < self._settings.probe_after:
                 continue
             last_probe = now
             if self._answers():
                 continue
-            with self._cond:
-                still = {id(c) for _, c in self._calls.values()}
+            still = {id(c) for _, c in self._calls.copy().values()}
             for conn in late:
                 if id(conn) in still:
                     self._severed.add(conn)

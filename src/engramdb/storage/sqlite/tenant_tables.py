@@ -90,10 +90,7 @@ class TenantTables:
             if tenant == self.home():
                 return
             if self.home() != DEFAULT_TENANT or self._files:
-                raise ConfigError(
-                    f"{self._main.path} keeps the raw-SQL tables of tenant {self.home()!r}; "
-                    f"it cannot be made the file of tenant {tenant!r}"
-                )
+                raise self._taken(tenant)
             conn = self._main.connection("engine")
             with translate(conn), self._main.atomic(conn):
                 conn.raw.execute(
@@ -101,10 +98,13 @@ class TenantTables:
                 )
             self._home = None
             if self.home() != tenant:  # another process claimed it first, for another tenant
-                raise ConfigError(
-                    f"{self._main.path} keeps the raw-SQL tables of tenant {self.home()!r}; "
-                    f"it cannot be made the file of tenant {tenant!r}"
-                )
+                raise self._taken(tenant)
+
+    def _taken(self, tenant: str) -> ConfigError:
+        return ConfigError(
+            f"{self._main.path} keeps the raw-SQL tables of tenant {self.home()!r}; "
+            f"it cannot be made the file of tenant {tenant!r}"
+        )
 
     def of(self, tenant: str) -> tuple[SqliteStore, SqliteRowVectors]:
         """The store and row vectors of `tenant`'s raw-SQL tables (its file opened on first use)."""

@@ -26,6 +26,7 @@ from engramdb.memories.runtime import Runtime, default_embedder
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.observability import otel
 from engramdb.retrieval.recall import Recaller
+from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET
 from engramdb.scopes.namespace import ENGINE_PREFIX, Namespace, ascii_lower
 from engramdb.storage.ports import Backend, MemoryScope
 from engramdb.storage.sqlite import SqliteBackend, SqliteSettings
@@ -95,6 +96,10 @@ class DynamicMemoryEngine:
             agent memories).
         vector_file: keep that side file (False: never read or write one — every new process
             then reads the stored vectors and trains the IVF again; ~2 GB saved per 1M memories).
+        cache_budget: on PostgreSQL, where recall's caches are kept per tenant (loaded at a
+            tenant's first recall or write), the bytes they may hold before the least recently
+            used tenants' are dropped (default 512 MiB; None: no budget). The tenant being served
+            is never dropped for it. SQLite keeps one cache per file and ignores it.
     """
 
     def __init__(
@@ -119,6 +124,7 @@ class DynamicMemoryEngine:
         vector_index: str | Callable[[int], VectorIndex] = "auto",
         vector_file: bool = True,
         limits: Limits | None = None,
+        cache_budget: int | None = DEFAULT_BUDGET,
     ) -> None:
         check_engine_options(path, locals())
         backend: Backend
@@ -165,6 +171,7 @@ class DynamicMemoryEngine:
             vector_index=vector_index,
             vector_file=vector_file,
             limits=limits,
+            cache_budget=cache_budget,
         )
         self._scopes: dict[tuple[str, str], MemoryScope] = {}
         self._scopes_lock = threading.Lock()

@@ -75,6 +75,11 @@ def check_engine_options(path: object, options: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"dedup_threshold must be a cosine (a finite number; above 1 never merges), got {threshold!r}"
         )
+    budget = options["cache_budget"]
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+        raise ConfigError(
+            f"cache_budget must be a whole number of bytes (0 or more) or None for no budget, got {budget!r}"
+        )
     vector_index: str | Callable[[int], object] = options["vector_index"]
     if not callable(vector_index) and vector_index not in ("auto", "exact", "ann"):
         raise ConfigError(

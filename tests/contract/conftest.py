@@ -55,7 +55,7 @@ def put(backend: Backend, memories: Sequence[Memory]) -> list[int]:
         for m in memories
     ]
     with backend.atomic():
-        return backend.memories.insert(items, backend.changes.next())
+        return backend.memories.insert(items, backend.changes.next("default"))
 
 
 @pytest.fixture

@@ -71,7 +71,7 @@ def test_insert_assigns_increasing_keys_and_reads_back_every_field(backend: Back
 
 def test_keys_are_never_reused(backend: Backend, store: Store) -> None:
     (a,) = store(memory())
-    backend.memories.retire(a, "forgotten:x", backend.changes.next())
+    backend.memories.retire(a, "forgotten:x", backend.changes.next("default"))
     (b,) = store(memory())
     assert b > a
 
@@ -135,7 +135,7 @@ def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, 
         memory(content=text),  # archived below
     ]
     keys = store(*ms)
-    backend.memories.archive("default", [ms[6].id], backend.changes.next())
+    backend.memories.archive("default", [ms[6].id], backend.changes.next("default"))
     digest = content_hash(text)
     seen = Visibility("default", "alice", Confidentiality.INTERNAL)
     got = backend.memories.same_content(seen, [digest, digest, content_hash("nothing like it")])
@@ -158,12 +158,12 @@ def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, 
 
 def test_retired_since_tells_whether_a_memory_was_forgotten_after_a_change(backend: Backend, store: Store) -> None:
     keys = store(memory(content="one"), memory(content="two"))
-    before = backend.changes.current()
-    backend.memories.archive("default", [], backend.changes.next())  # a change that forgets nothing
+    before = backend.changes.current("default")
+    backend.memories.archive("default", [], backend.changes.next("default"))  # a change that forgets nothing
     assert not backend.memories.retired_since(before)
-    backend.memories.retire(keys[1], f"forgotten:{keys[1]}", backend.changes.next())
+    backend.memories.retire(keys[1], f"forgotten:{keys[1]}", backend.changes.next("default"))
     assert backend.memories.retired_since(before)
-    assert not backend.memories.retired_since(backend.changes.current())
+    assert not backend.memories.retired_since(backend.changes.current("default"))
 
 
 def test_page_filters_counts_and_pages_inside_the_query(backend: Backend, store: Store) -> None:
@@ -191,7 +191,7 @@ def test_page_filters_counts_and_pages_inside_the_query(backend: Backend, store:
     assert [m.id for m in backend.memories.page(seen, types=["skill"])[0]] == [ms[2].id]
     assert backend.memories.page(seen, contains="disk")[1] == 2  # a title and a tag
     assert backend.memories.page(seen, contains="100%")[1] == 0  # a LIKE metacharacter is a plain character
-    backend.memories.archive("default", [ms[1].id], backend.changes.next())
+    backend.memories.archive("default", [ms[1].id], backend.changes.next("default"))
     assert backend.memories.page(seen)[1] == 3
     archived = Visibility("default", "alice", cap=Confidentiality.CONFIDENTIAL, include_archived=True)
     assert [m.id for m in backend.memories.page(archived, archived_only=True)[0]] == [ms[1].id]
@@ -203,12 +203,12 @@ def test_page_filters_counts_and_pages_inside_the_query(backend: Backend, store:
 def test_archive_hides_unless_asked_for(backend: Backend, store: Store) -> None:
     a, b = memory(), memory()
     ka, _ = store(a, b)
-    assert backend.memories.archive("default", [a.id, "missing"], backend.changes.next()) == 1
-    assert backend.memories.archive("default", [a.id], backend.changes.next()) == 0  # already archived
+    assert backend.memories.archive("default", [a.id, "missing"], backend.changes.next("default")) == 1
+    assert backend.memories.archive("default", [a.id], backend.changes.next("default")) == 0  # already archived
     assert backend.memories.get(ALICE, a.id) is None
     got = backend.memories.get(Visibility("default", "alice", include_archived=True), a.id)
     assert got is not None and got.memory.archived and got.key == ka
-    assert backend.memories.archive("other", [b.id], backend.changes.next()) == 0  # not in that tenant
+    assert backend.memories.archive("other", [b.id], backend.changes.next("default")) == 0  # not in that tenant
 
 
 def test_update_replaces_editable_fields(backend: Backend, store: Store) -> None:
@@ -217,7 +217,7 @@ def test_update_replaces_editable_fields(backend: Backend, store: Store) -> None
     change = ContentChange(
         "new text", "t", ("x",), 9.0, 0.5, 0.5, None, 2, 8, 2, 1, "h", "new text", Confidentiality.CONFIDENTIAL
     )
-    backend.memories.update(k, change, backend.changes.next())
+    backend.memories.update(k, change, backend.changes.next("default"))
     got = backend.memories.get_key(k)
     assert got is not None
     assert (got.memory.content, got.memory.title, got.memory.tags, got.memory.version) == ("new text", "t", ("x",), 2)
@@ -227,7 +227,7 @@ def test_update_replaces_editable_fields(backend: Backend, store: Store) -> None
 def test_raise_level_never_lowers(backend: Backend, store: Store) -> None:
     low, high = memory(), memory(confidentiality=Confidentiality.RESTRICTED)
     kl, kh = store(low, high)
-    backend.memories.raise_level([kl, kh], Confidentiality.CONFIDENTIAL, backend.changes.next())
+    backend.memories.raise_level([kl, kh], Confidentiality.CONFIDENTIAL, backend.changes.next("default"))
     levels = {k: backend.memories.get_key(k).memory.confidentiality for k in (kl, kh)}  # type: ignore[union-attr]
     assert levels == {kl: Confidentiality.CONFIDENTIAL, kh: Confidentiality.RESTRICTED}
 
@@ -235,7 +235,7 @@ def test_raise_level_never_lowers(backend: Backend, store: Store) -> None:
 def test_retire_leaves_no_text(backend: Backend, store: Store) -> None:
     m = memory(content="Bob's phone is 555-0100", title="phone", tags=("contact",))
     (k,) = store(m)
-    backend.memories.retire(k, "forgotten:1", backend.changes.next())
+    backend.memories.retire(k, "forgotten:1", backend.changes.next("default"))
     got = backend.memories.get_key(k)
     assert got is not None
     assert got.memory.archived and got.memory.id == "forgotten:1"
@@ -247,7 +247,7 @@ def test_retire_leaves_no_text(backend: Backend, store: Store) -> None:
 def test_access_state_round_trips(backend: Backend, store: Store) -> None:
     (k,) = store(memory())
     ring = pack_times([1.0, 2.0, 3.0])
-    backend.memories.set_access_state([(ring, 4, 0.5, 0.1, 3.0, 1, k)], backend.changes.next())
+    backend.memories.set_access_state([(ring, 4, 0.5, 0.1, 3.0, 1, k)], backend.changes.next("default"))
     assert backend.memories.access_state([k]) == [(k, ring, 4, 0.5, 0.1)]
     got = backend.memories.get_key(k)
     assert got is not None and (got.memory.strength, got.memory.access_count, got.memory.last_access) == (1, 2, 3.0)
@@ -257,8 +257,8 @@ def test_set_refs_is_compare_and_set(backend: Backend, store: Store) -> None:
     before = (MemoryRef("trigger", "cue:offsite"),)
     (k,) = store(memory(type=MemoryType.INTENT, refs=before))
     after = (MemoryRef("trigger", "cue:offsite", "fired"),)
-    assert backend.memories.set_refs(k, before, after, backend.changes.next(), archive=False)
-    assert not backend.memories.set_refs(k, before, (), backend.changes.next(), archive=True)  # lost the race
+    assert backend.memories.set_refs(k, before, after, backend.changes.next("default"), archive=False)
+    assert not backend.memories.set_refs(k, before, (), backend.changes.next("default"), archive=True)  # lost the race
     got = backend.memories.get_key(k)
     assert got is not None and got.memory.refs == after and not got.memory.archived
 
@@ -278,17 +278,17 @@ def test_todo_ids_and_scan(backend: Backend, store: Store) -> None:
 
 
 def test_change_stamps_drive_the_index_rows(backend: Backend, store: Store) -> None:
-    before = backend.changes.current()
+    before = backend.changes.current("default")
     (k,) = store(memory(content="alpha beta"))
-    assert backend.changes.current() > before
-    rows = backend.memories.index_rows(before)
+    assert backend.changes.current("default") > before
+    rows = backend.memories.index_rows(before, "default")
     assert [r[0] for r in rows] == [k]
     assert "alpha" in rows[0][8]
-    now = backend.changes.current()
-    assert backend.memories.index_rows(now) == []
-    backend.memories.archive_keys([k], backend.changes.next())
-    assert [r[0] for r in backend.memories.index_rows(now)] == [k]
-    assert dict(backend.memories.changed_upto(backend.changes.current()))[k] > now
+    now = backend.changes.current("default")
+    assert backend.memories.index_rows(now, "default") == []
+    backend.memories.archive_keys([k], backend.changes.next("default"))
+    assert [r[0] for r in backend.memories.index_rows(now, "default")] == [k]
+    assert dict(backend.memories.changed_upto(backend.changes.current("default")))[k] > now
 
 
 def test_change_sequence_is_monotonic_across_threads(backend: Backend) -> None:
@@ -298,7 +298,7 @@ def test_change_sequence_is_monotonic_across_threads(backend: Backend) -> None:
     def draw() -> None:
         for _ in range(20):
             with backend.atomic():
-                n = backend.changes.next()
+                n = backend.changes.next("default")
             with lock:
                 seen.append(n)
 
@@ -308,7 +308,7 @@ def test_change_sequence_is_monotonic_across_threads(backend: Backend) -> None:
     for t in threads:
         t.join()
     assert len(set(seen)) == len(seen) == 80
-    assert backend.changes.current() >= max(seen)
+    assert backend.changes.current("default") >= max(seen)
 
 
 # -- Edges ----------------------------------------------------------------------------------------
@@ -417,7 +417,7 @@ def test_memory_vectors(backend: Backend, store: Store) -> None:
     backend.vectors.put([(ka, "m", va.tobytes()), (kb, "m", vb.tobytes())])
     batches = [row for batch in backend.vectors.in_scope(ALICE, "m") for row in batch]
     assert [(r[0], np.frombuffer(r[4], dtype=np.float32).tolist()) for r in batches] == [(ka, va.tolist())]
-    rows = {r[0]: r for r in backend.vectors.cache_rows("m", 0)}
+    rows = {r[0]: r for r in backend.vectors.cache_rows("m", 0, "default")}
     assert set(rows) >= {ka, kb} and rows[ka][9] == va.tobytes()
     backend.vectors.put([(ka, "m", vb.tobytes())], replace=True)
     assert backend.vectors.cache_rows_for("m", [ka])[0][9] == vb.tobytes()

@@ -45,7 +45,7 @@ def populate(backend: Backend, seed: int, n: int = 240) -> None:
         )
     keys = put(backend, ms)
     archived = [k for k in keys if rnd.random() < 0.25]
-    backend.memories.archive_keys(archived, backend.changes.next())
+    backend.memories.archive_keys(archived, backend.changes.next("default"))
 
 
 def masked(backend: Backend, vis: Visibility, types: list[str] | None) -> list[int]:

@@ -522,7 +522,7 @@ def test_merged_copies_are_found_by_the_merge_not_by_their_text(
     me.supersede(old.id, new.id)  # new refines old
     store = eng.backend
     with store.atomic():
-        store.memories.archive("default", [new.id], store.changes.next())
+        store.memories.archive("default", [new.id], store.changes.next("default"))
     me.forget(old.id)
     assert me.get(new.id, touch=False).archived  # still there: it was never merged into `old`
     assert me.remember("Standup is on Tuesday.", dedup=False).content == "Standup is on Tuesday."  # no tombstone

@@ -96,7 +96,9 @@ def _reads_back(engine: DynamicMemoryEngine, monkeypatch: Any) -> list[int]:
     reads: list[int] = []
     vectors = engine._runtime.store.vectors
     real = vectors.cache_rows
-    monkeypatch.setattr(vectors, "cache_rows", lambda model, since: reads.append(since) or real(model, since))
+    monkeypatch.setattr(
+        vectors, "cache_rows", lambda model, since, tenant=None: reads.append(since) or real(model, since, tenant)
+    )
     return reads
 
 

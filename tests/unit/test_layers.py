@@ -78,6 +78,8 @@ LAYERS: dict[str, int] = {
     "engramdb.retrieval.sequence": SERVICES,  # implicit episodes: reads the lexical channel
     "engramdb.retrieval.columns": SERVICES,
     "engramdb.retrieval.lexical_channel": SERVICES,
+    "engramdb.retrieval.slots": SERVICES,
+    "engramdb.retrieval.tenant_caches": SERVICES,
     "engramdb.retrieval.vector_channel": SERVICES,
     "engramdb.retrieval.side_files": SERVICES,
     "engramdb.retrieval.retriever": SERVICES,

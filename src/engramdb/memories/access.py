@@ -47,7 +47,7 @@ def log_accesses(
     # on the counter; SQLite's write lock is held already), so the rings read next are the ones
     # those writers committed. Read first, two concurrent recalls on PostgreSQL each appended to
     # the ring they had read, and the later commit dropped the earlier one's access.
-    change = store.changes.next()
+    change = store.changes.next(tenant)
     rows = store.memories.access_state(deliberate)
     updates: list[AccessUpdate] = []
     for n, ring, old_count, old_newest, old_oldest in rows:

@@ -194,7 +194,7 @@ def _fire(
                 one_shot = True
         if hit is None:
             continue
-        change = store.changes.next() if change is None else change
+        change = store.changes.next(who.tenant) if change is None else change
         # compare-and-set: whoever archives (or moves) it first fired it
         if (one_shot or moved) and not store.memories.set_refs(n, refs, tuple(new_refs), change, archive=one_shot):
             continue

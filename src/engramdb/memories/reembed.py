@@ -42,7 +42,7 @@ def reembed(agent: Acting, *, missing_only: bool = True, progress: Progress | No
         with store.atomic():
             store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(chunk)], replace=True)
             # A new change stamp (importance unchanged) makes every cache reload these rows.
-            store.memories.set_importance([(found[n].importance, n) for n in chunk], store.changes.next())
+            store.memories.set_importance([(found[n].importance, n) for n in chunk], store.changes.next(who.tenant))
         done += len(chunk)
         report(progress, "embed", min(start + CHUNK, total), total)
     rt.drop_vector_file()

@@ -394,7 +394,7 @@ class Reflector:
             # The change sequence first: it is the write lock on PostgreSQL too (its counter row),
             # so the pair read next holds every access committed before (a recall's, say), and
             # the fold's sums of rings and counts lose none.
-            stamp = self.rt.store.changes.next()
+            stamp = self.rt.store.changes.next(self.who.tenant)
             got = self._fetch(run, [older, newer])
             keep_n = self._survivor(got, older, newer)
             if keep_n is None:
@@ -646,7 +646,7 @@ class Reflector:
                     if not math.isclose(new, imp, rel_tol=0.0, abs_tol=1e-9):
                         updates.append((new, n))
                 if updates:
-                    store.memories.set_importance(updates, store.changes.next())
+                    store.memories.set_importance(updates, store.changes.next(self.who.tenant))
                     tally.changed += len(updates)
             if len(rows) < self.config.batch:
                 break

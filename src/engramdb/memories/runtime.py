@@ -18,7 +18,9 @@ from engramdb.memories.model import DEFAULT_LIMITS, Limits, Memory, Principal
 from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.lexical_channel import LexicalChannel
-from engramdb.retrieval.recall import Recaller
+from engramdb.retrieval.recall import DEFAULT_TENANT, Recaller
+from engramdb.retrieval.slots import TenantSlots
+from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET, CachePair, TenantCaches, WholeStore
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
@@ -62,8 +64,12 @@ class Runtime:
         vector_index: str | Callable[[int], VectorIndex],
         vector_file: bool,
         limits: Limits | None = None,
+        cache_budget: int | None = DEFAULT_BUDGET,
     ) -> None:
         self.store = store
+        #: bytes the caches of tenants other than the one in use may hold (a store with
+        #: `Backend.caches_by_tenant`; see `engramdb.retrieval.tenant_caches`)
+        self.cache_budget = cache_budget
         #: the largest input taken (content, titles, labels, queries)
         self.limits = limits or DEFAULT_LIMITS
         self.clock = clock
@@ -78,12 +84,12 @@ class Runtime:
         self._vector_index = vector_index
         self._vector_file = vector_file
         self._lock = threading.Lock()
-        self._parts: tuple[Embedder | None, VectorChannel | None, Recaller] | None = None
+        self._parts: tuple[Embedder | None, TenantCaches | WholeStore, Recaller] | None = None
         self._closed = False
 
     # -- parts made on first use ----------------------------------------------------------------
 
-    def _memory(self) -> tuple[Embedder | None, VectorChannel | None, Recaller]:
+    def _memory(self) -> tuple[Embedder | None, TenantCaches | WholeStore, Recaller]:
         parts = self._parts
         if parts is not None:
             return parts
@@ -97,20 +103,33 @@ class Runtime:
                         embedder = None  # lexical-only recall without the memory extra
                 else:
                     embedder = self._choice
-                channel = None
-                if embedder is not None:
-                    from engramdb.retrieval.vector_channel import VectorChannel
-
-                    database = self.store.cache_file if self._vector_file else None
-                    channel = VectorChannel(embedder, self._make_index(embedder.dim), database=database)
-                lexical = LexicalChannel(database=self.store.cache_file if self._vector_file else None)
-                recaller = Recaller(self.store, self.clock, self.scoring, embedder, channel, lexical)
+                caches: TenantCaches | WholeStore
+                if self.store.caches_by_tenant:
+                    caches = TenantCaches(lambda tenant: self._pair(embedder, tenant), self.cache_budget)
+                else:
+                    caches = WholeStore(self._pair(embedder, None))
+                recaller = Recaller(self.store, self.clock, self.scoring, embedder, caches)
                 recaller.annotate = self.annotate_read
                 recaller.limits = self.limits
-                self._parts = (embedder, channel, recaller)
+                self._parts = (embedder, caches, recaller)
             return self._parts
 
-    def _make_index(self, dim: int) -> VectorIndex | None:
+    def _pair(self, embedder: Embedder | None, tenant: str | None) -> CachePair:
+        """New, empty caches of `tenant` (None: of the whole store, with side files when kept)."""
+        slots = TenantSlots() if tenant is not None else None
+        database = self.store.cache_file if self._vector_file and tenant is None else None
+        channel = None
+        if embedder is not None:
+            from engramdb.retrieval.vector_channel import VectorChannel
+
+            channel = VectorChannel(
+                embedder, self._make_index(embedder.dim, small=tenant is not None), database=database,
+                tenant=tenant, slots=slots,
+            )  # fmt: skip
+        lexical = LexicalChannel(database=database, tenant=tenant, slots=slots)
+        return CachePair(lexical, channel, lexical.slots, tenant)
+
+    def _make_index(self, dim: int, *, small: bool = False) -> VectorIndex | None:
         if callable(self._vector_index):
             return self._vector_index(dim)
         if self._vector_index == "exact":
@@ -119,7 +138,8 @@ class Runtime:
 
         if self._vector_index == "auto" and not ann.faiss_available():
             return None
-        return ann.AnnIndex(dim)
+        # A tenant's cache starts small: a process may hold a thousand of them.
+        return ann.AnnIndex(dim, capacity=16) if small else ann.AnnIndex(dim)
 
     @property
     def embedder(self) -> Embedder | None:
@@ -128,8 +148,27 @@ class Runtime:
 
     @property
     def vectors(self) -> VectorChannel | None:
-        """The in-memory vector cache of memories, or None without an embedder."""
-        return self._memory()[1]
+        """The in-memory vector cache of memories (of the default tenant when caches are kept per
+        tenant), or None without an embedder."""
+        return self._memory()[1].of(DEFAULT_TENANT).vectors
+
+    def caches(self, tenant: str) -> CachePair:
+        """The candidate caches that serve `tenant` (the store's one pair, or the tenant's own)."""
+        return self._memory()[1].of(tenant)
+
+    def vectors_for(self, tenant: str) -> VectorChannel | None:
+        """The vector cache that serves `tenant`, or None without an embedder."""
+        return self._memory()[1].of(tenant).vectors
+
+    def settle_caches(self, tenant: str) -> None:
+        """Hold the tenant caches within their budget after `tenant`'s were used."""
+        self._memory()[1].settle(tenant)
+
+    @property
+    def tenant_caches(self) -> TenantCaches | None:
+        """The per-tenant caches (None when the store keeps one cache for everything)."""
+        caches = self._memory()[1]
+        return caches if isinstance(caches, TenantCaches) else None
 
     @property
     def recaller(self) -> Recaller:
@@ -168,14 +207,17 @@ class Runtime:
 
         if not side_dir_for(store.cache_file).is_dir():
             return
-        _, channel, recaller = self._memory()
+        caches = self._memory()[1]
+        if not isinstance(caches, WholeStore):
+            return
+        channel = caches.pair.vectors
         latest = store.changes.current()
         # Only a cache with a file to write again: an exact vector index never has one, and loading
         # it would read every stored vector for nothing.
         vectors = (
             channel if channel is not None and channel.side_file is not None and channel.side_file.exists() else None
         )
-        lexical = recaller.lexical
+        lexical = caches.pair.lexical
         if vectors is not None:
             vectors.prefetch(store, latest)  # (nothing when it is loaded already)
         if lexical.side_file is not None and lexical.side_file.exists():
@@ -201,10 +243,11 @@ class Runtime:
             self._closed = True
         parts = self._parts
         try:
-            if parts is not None and parts[1] is not None:
-                parts[1].save_if_changed(self.store)
-            if parts is not None:
-                parts[2].lexical.save_if_changed(self.store)
+            if parts is not None and isinstance(parts[1], WholeStore):
+                pair = parts[1].pair
+                if pair.vectors is not None:
+                    pair.vectors.save_if_changed(self.store)
+                pair.lexical.save_if_changed(self.store)
         finally:
             self.store.close()
 

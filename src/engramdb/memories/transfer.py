@@ -594,13 +594,13 @@ class _Importer:
                 self.tick(len(records))
                 return
             try:
-                rows = store.memories.insert([t[1] for t in kept], store.changes.next())
+                rows = store.memories.insert([t[1] for t in kept], store.changes.next(self.who.tenant))
             except ConstraintError:
                 raise BackendError(
                     "another writer stored one of these memories while this import wrote them; written so far: "
                     f"{self.report()}; run the import again, it skips what is already there"
                 ) from None
-            stamp = store.changes.next()
+            stamp = store.changes.next(self.who.tenant)
             for n, (_, _, restored, history) in zip(rows, kept, strict=True):
                 store.memories.restore(n, restored, stamp)
                 for v in history:

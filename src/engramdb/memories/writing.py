@@ -200,7 +200,7 @@ def _remember_prepared(
     # memories takes 0.3 ms one item, ~100 ms a batch: not under the lock every writer waits for).
     # `latest` is the change sequence they read at; inside the transaction, a write that finds the
     # sequence moved on (another writer committed in between) checks again what those writers did.
-    latest = store.changes.current()
+    latest = store.changes.current(who.tenant)
     if not force:
         _refuse_forgotten(rt, who, prepared)
     stored: dict[int, int] = {}
@@ -211,7 +211,7 @@ def _remember_prepared(
         )
     with store.atomic():
         # The write lock first (PostgreSQL: the change counter's row; SQLite holds it already).
-        change = store.changes.next()
+        change = store.changes.next(who.tenant)
         if change != latest + 1:
             _caught_up(rt, who, prepared, vectors, latest, stored, earlier, dedup=dedup, force=force)
         kept = [i for i in range(len(prepared)) if i not in stored and i not in earlier]
@@ -251,7 +251,7 @@ def _remember_prepared(
         # reinforcement, which changed only access state (ring, counts), nothing it holds. A batch
         # of 1,000 with duplicates at 1M memories read its ~1,000 rows back in the next call's
         # refresh (~23 ms of ~280).
-        channel = rt.vectors
+        channel = rt.vectors_for(who.tenant)
         if channel is not None:
             rows = [_vector_row(n, change, m, vectors[i].tobytes()) for i, n, m in zip(kept, keys, fresh, strict=True)]
             channel.written(store, change, rows)
@@ -294,10 +294,10 @@ def _caught_up(
         earlier.clear()
         earlier.update(again_earlier)
         return
-    channel, embedder = rt.vectors, rt.embedder
+    channel, embedder = rt.vectors_for(who.tenant), rt.embedder
     if channel is None or embedder is None:
         return
-    rows = rt.store.vectors.cache_rows(embedder.name, latest)
+    rows = rt.store.vectors.cache_rows(embedder.name, latest, who.tenant)
     # A stored match changed since (updated, archived, its vector replaced) may no longer say what
     # its item does: that item is decided again among the changed rows (else an update of the match
     # in between made the write reinforce a memory that no longer holds its text, which was lost).
@@ -369,7 +369,7 @@ def _duplicates(
     most similar, and those tied with it, at most `DEDUP_MATCHES` (`_options`); it duplicates the
     first of them (stored ones before items of the batch, older first) whose statement it repeats
     (`_repeats`)."""
-    channel = rt.vectors
+    channel = rt.vectors_for(who.tenant)
     if channel is None:
         return {}, {}
     asked = [i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED]
@@ -565,7 +565,7 @@ def _insert(
         items.append(NewMemory(memory, p["hash"], cue_terms(memory.title, memory.content, *memory.tags), ring))
         out.append(memory)
     with store.atomic():
-        keys = store.memories.insert(items, store.changes.next() if change is None else change)
+        keys = store.memories.insert(items, store.changes.next(who.tenant) if change is None else change)
         if vectors is not None and embedder is not None:
             store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
         store.accesses.append(
@@ -631,7 +631,7 @@ def update(
         # Taking the change sequence takes that lock on PostgreSQL too (its counter row), so it
         # comes first: read before it, two concurrent updates kept the same version (a duplicate
         # key error for the second).
-        stamp = store.changes.next()
+        stamp = store.changes.next(who.tenant)
         fresh = visible(rt, who, memory_id)
         n, now_level = fresh.key, fresh.memory.confidentiality
         level = max(level, now_level)
@@ -693,7 +693,7 @@ def link(
         store.edges.put(
             who.tenant, [(a.key, b.key, etype.value, float(weight))], now=now, by=who.agent_id, replace=True
         )
-        store.memories.raise_level([a.key, b.key], level, store.changes.next())
+        store.memories.raise_level([a.key, b.key], level, store.changes.next(who.tenant))
     return Edge(source, target, etype, float(weight), now)
 
 
@@ -711,7 +711,7 @@ def supersede(rt: Runtime, who: Principal, old_id: str, new_id: str) -> Edge:
         raise ValidationError("the new fact starts before the old one did; nothing to supersede")
     store = rt.store
     with store.atomic():
-        store.memories.close_validity(who.tenant, old.id, until, store.changes.next())
+        store.memories.close_validity(who.tenant, old.id, until, store.changes.next(who.tenant))
     return link(rt, who, new.id, old.id, EdgeType.REFINES)
 
 
@@ -737,7 +737,7 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
     # overwritten as well, not only the cells, before the transaction commits (a wipe that fails, on
     # a full disk say, takes the forget back with it).
     with store.atomic(), store.erasing():
-        stamp = store.changes.next()  # first: the write lock on PostgreSQL too (see `update`)
+        stamp = store.changes.next(who.tenant)  # first: the write lock on PostgreSQL too (see `update`)
         try:
             found = visible(rt, who, memory_id)  # an archived memory can be forgotten too
         except NotFound:
@@ -843,7 +843,7 @@ def restore(rt: Runtime, who: Principal, memory_id: str) -> Memory:
     if found.memory.archived:
         store = rt.store
         with store.atomic():
-            store.memories.unarchive(who.tenant, [memory_id], store.changes.next())
+            store.memories.unarchive(who.tenant, [memory_id], store.changes.next(who.tenant))
         found = visible(rt, who, memory_id, archived=False)
     return rt.annotate(found.memory)
 
@@ -859,7 +859,7 @@ def prune(rt: Runtime, who: Principal, *, include_shared: bool = False) -> list[
         return []
     store = rt.store
     with store.atomic():
-        store.memories.archive(who.tenant, [m.id for m in doomed], store.changes.next())
+        store.memories.archive(who.tenant, [m.id for m in doomed], store.changes.next(who.tenant))
     return [m.id for m in doomed]
 
 
@@ -871,7 +871,7 @@ def retire_weak(rt: Runtime, who: Principal, vis: mm.Visibility, *, below_streng
     with store.atomic():
         keys = store.memories.weak(vis, who.agent_id, below_strength=float(below_strength), now=now, min_age=min_age)
         if keys:
-            store.memories.archive_keys(keys, store.changes.next())
+            store.memories.archive_keys(keys, store.changes.next(who.tenant))
     return len(keys)
 
 

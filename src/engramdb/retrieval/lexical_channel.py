@@ -47,6 +47,7 @@ from engramdb.memories.model import Visibility
 from engramdb.retrieval import side_files
 from engramdb.retrieval.columns import VisibilityColumns
 from engramdb.retrieval.keywords import entity_terms
+from engramdb.retrieval.slots import Keys, TenantSlots
 from engramdb.storage.ports import AccessUpdate, Backend, IndexRow
 
 K1 = 1.2
@@ -165,11 +166,22 @@ class FieldColumns:
 
 
 class LexicalChannel:
-    """BM25 over every memory's stems, for any reader, from memory."""
+    """BM25 over every memory's stems, for any reader, from memory.
 
-    def __init__(self, *, database: Path | None = None) -> None:
+    Args:
+        database: the database file, beside which the index is kept across processes (None: never saved).
+        tenant: hold this tenant's memories alone, following its change sequence (a server of
+            many tenants: `engramdb.retrieval.tenant_caches`), at slots of its own
+            (`engramdb.retrieval.slots.TenantSlots`, shared with its vector cache when given as
+            `slots`); None: every memory of the store, at its key.
+    """
+
+    def __init__(self, *, database: Path | None = None, tenant: str | None = None, slots: Keys | None = None) -> None:
         self._lock = threading.RLock()
         self._database = database
+        self.tenant = tenant
+        self.slots: Keys = slots if slots is not None else TenantSlots() if tenant is not None else Keys()
+        self._capacity = 1024 if tenant is None else 64
         #: where the index is kept between processes (None: it is not)
         self.side_file = side_files.side_dir_for(database) / "lexical.npz" if database is not None else None
         self._empty()
@@ -187,8 +199,8 @@ class LexicalChannel:
         #: (mask key, visible count, {term: document frequency}) of the last `search`
         self._last_df: tuple[tuple[object, ...], int, dict[int, int]] | None = None
         self._seen = -1
-        self.cols = VisibilityColumns()
-        self._size = 0  # 1 + the largest key seen
+        self.cols = VisibilityColumns(self._capacity)
+        self._size = 0  # 1 + the largest slot seen
         self._length = np.ones(len(self.cols), dtype=np.float32)
         # The scoring fields recall needs of a candidate besides its text (see `fields`).
         self._importance = np.zeros(len(self.cols), dtype=np.float64)
@@ -224,7 +236,7 @@ class LexicalChannel:
             in_transaction = store.in_transaction()
             if self._tainted and not in_transaction:
                 self._empty()  # what was read inside a transaction may have been rolled back
-            latest = store.changes.current() if latest is None else latest
+            latest = store.changes.current(self.tenant) if latest is None else latest
             if latest == self._seen:
                 return
             if in_transaction:
@@ -235,16 +247,17 @@ class LexicalChannel:
                 first = self._seen == -1
             if first:
                 pending: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]] = []
-                for rows in store.memories.index_row_batches(-1, LOAD_BATCH):
+                for rows in store.memories.index_row_batches(-1, LOAD_BATCH, self.tenant):
                     if not rows:
                         continue
+                    rows = self.slots.rows(rows)
                     self._ensure(1 + max(r[0] for r in rows))
                     self._apply(rows, pending)
                 if pending:
                     self._merge(np.concatenate([t for t, _ in pending]), np.concatenate([k for _, k in pending]))
                 self._last_df = None
             else:
-                rows = store.memories.index_rows(self._seen)
+                rows = self.slots.rows(store.memories.index_rows(self._seen, self.tenant))
                 if rows:
                     self._ensure(1 + max(r[0] for r in rows))
                     self._apply(rows)
@@ -259,7 +272,12 @@ class LexicalChannel:
         cache is at the sequence just before it: the write held the store's write lock, so nothing
         else changed in between. Otherwise the next `refresh` reads it, as any other change."""
         with self._lock:
-            if self._seen < 0 or self._seen != change - 1 or any(u[6] >= self._size for u in updates):
+            if self._seen < 0 or self._seen != change - 1:
+                return
+            if self.slots.translated:
+                at = self.slots.find(np.fromiter((u[6] for u in updates), dtype=np.int64, count=len(updates)))
+                updates = [(*u[:6], s) for u, s in zip(updates, at.tolist(), strict=True)]
+            if any(not 0 <= u[6] < self._size for u in updates):
                 return
             for ring, old_count, old_newest, old_oldest, _last, _bump, key in updates:
                 self._ring[key] = ring
@@ -624,7 +642,7 @@ class LexicalChannel:
         about something the store never heard of covers little of anything."""
         with self._lock:
             n = self._size
-            ks = np.fromiter((k for k in keys if 0 <= k < n), dtype=np.int64)
+            ks = self._slots_of(keys)
             if not len(ks):
                 return FieldColumns.empty()
             seen = self.cols.visible(vis, n, types)
@@ -661,7 +679,7 @@ class LexicalChannel:
                     named |= self._holds(t, ks)
             ring = self._ring
             return FieldColumns(
-                keys=ks,
+                keys=self.slots.keys(ks),
                 type=self.cols.type[ks],
                 importance=self._importance[ks].astype(np.float64),
                 rings=ring.many(ks),
@@ -681,23 +699,57 @@ class LexicalChannel:
         and creation times alone (spreading's implicit episodes ask for nothing else)."""
         with self._lock:
             n = self._size
-            ks = np.fromiter((k for k in keys if 0 <= k < n), dtype=np.int64)
+            ks = self._slots_of(keys)
             if not len(ks):
                 return {}
             ks = ks[self.cols.visible(vis, n, types)[ks]]
-            return dict(zip(ks.tolist(), self._created[ks].astype(np.float64).tolist(), strict=True))
+            return dict(zip(self.slots.keys(ks).tolist(), self._created[ks].astype(np.float64).tolist(), strict=True))
+
+    def _slots_of(self, keys: Sequence[int]) -> npt.NDArray[np.int64]:
+        """The slots of those `keys` this cache holds (in their order)."""
+        n = self._size
+        if not self.slots.translated:
+            return np.fromiter((k for k in keys if 0 <= k < n), dtype=np.int64)
+        at = self.slots.find(np.fromiter(keys, dtype=np.int64))
+        return at[(at >= 0) & (at < n)]
+
+    def beside(self, keys: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+        """{key: (the memory held just before it, the one just after)} for those of `keys` this
+        cache holds — by key, or by slot when slots are not keys (`engramdb.retrieval.slots`):
+        the order they were written in. None where there is none."""
+        with self._lock:
+            n = self._size
+            if not self.slots.translated:
+                return {k: (k - 1 if k >= 1 else None, k + 1 if k + 1 < n else None) for k in keys if 0 <= k < n}
+            at = self.slots.find(np.fromiter(keys, dtype=np.int64)).tolist()
+            out: dict[int, tuple[int | None, int | None]] = {}
+            for k, s in zip(keys, at, strict=True):
+                if 0 <= s < n:
+                    prev = int(self.slots.keys(np.asarray([s - 1]))[0]) if s >= 1 else None
+                    nxt = int(self.slots.keys(np.asarray([s + 1]))[0]) if s + 1 < n else None
+                    out[k] = (prev, nxt)
+            return out
+
+    def nbytes(self) -> int:
+        """About how many bytes this cache holds, its slots aside (what a budget of caches counts)."""
+        with self._lock:
+            arrays = [getattr(self, name) for name, _, _ in self._PER_ROW]
+            arrays += [getattr(self.cols, name) for name in VisibilityColumns._ARRAYS]
+            arrays += [self._ids, self._indptr, self._ring._off, self._ring._has]
+            total = sum(int(a.nbytes) for a in arrays) + len(self._ring._blob) + 48 * len(self._ring._over)
+            return total + 100 * len(self._vocab) + sum(len(w) for w in self._vocab) + 120 * self._delta_count
 
     def holding(self, keys: Sequence[int], entities: Sequence[str]) -> set[int]:
         """Those of `keys` (already known visible: `fields`' keys) that hold one of the entity
         tokens `entities` — `fields`' entity flag alone, without the rest of its fields."""
         with self._lock:
-            ks = np.asarray([k for k in keys if 0 <= k < self._size], dtype=np.int64)
+            ks = self._slots_of(keys)
             named = np.zeros(len(ks), dtype=np.bool_)
             for e in entities:
                 t = self._vocab.get(e)
                 if t is not None and len(ks):
                     named |= self._holds(t, ks)
-            return set(ks[named].tolist())
+            return set(self.slots.keys(ks[named]).tolist())
 
     def search(
         self,
@@ -766,7 +818,7 @@ class LexicalChannel:
                 top = np.argpartition(-score, limit - 1)[:limit]
                 cand, score = cand[top], score[top]
             order = np.lexsort((cand, -score))
-            return dict(zip(cand[order].tolist(), score[order].tolist(), strict=True))
+            return dict(zip(self.slots.keys(cand[order]).tolist(), score[order].tolist(), strict=True))
 
     def _with_preceding(
         self,

@@ -49,10 +49,13 @@ from engramdb.storage.ports import RecallRecord, Touch
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
     from engramdb.retrieval.lexical_channel import LexicalChannel
+    from engramdb.retrieval.tenant_caches import CachePair, TenantCaches, WholeStore
     from engramdb.retrieval.vector_channel import VectorChannel
     from engramdb.storage.ports import Backend
 
 NEAR_MISSES = 5
+#: the tenant an engine's agents are in unless they name one
+DEFAULT_TENANT = "default"
 
 
 @dataclass(slots=True)
@@ -184,11 +187,11 @@ class Recaller:
         clock: Callable[[], float],
         config: scoring.ScoringConfig,
         embedder: Embedder | None,
-        channel: VectorChannel | None,
-        lexical: LexicalChannel,
+        caches: TenantCaches | WholeStore,
     ) -> None:
         self.store, self.clock, self.config = store, clock, config
-        self.embedder, self.channel, self.lexical = embedder, channel, lexical
+        #: the candidate caches: one pair for the store (SQLite), or one per tenant (PostgreSQL)
+        self.embedder, self.caches = embedder, caches
         #: adds read-time fields (retention, prune time) to each memory shown, in place: the hits
         #: are read for this recall alone (`MemoryRows.many` makes new objects); set by the engine
         self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
@@ -198,6 +201,16 @@ class Recaller:
         self._made_for: scoring.ScoringConfig | None = None
         self._weights: dict[str, float] = {}
         self._hop_configs: dict[int, scoring.ScoringConfig] = {}
+
+    @property
+    def lexical(self) -> LexicalChannel:
+        """The lexical cache of the default tenant (of the store, when it keeps one for all)."""
+        return self.caches.of(DEFAULT_TENANT).lexical
+
+    @property
+    def channel(self) -> VectorChannel | None:
+        """The vector cache of the default tenant (of the store, when it keeps one for all)."""
+        return self.caches.of(DEFAULT_TENANT).vectors
 
     def _constants(self) -> None:
         if self._made_for is not self.config:
@@ -219,6 +232,7 @@ class Recaller:
 
     def _candidates(
         self,
+        pair: CachePair,
         ns: Sequence[int],
         vis: Visibility,
         types: frozenset[str] | None,
@@ -228,15 +242,17 @@ class Recaller:
         """The scoring fields of the visible memories among `ns` (from the lexical channel's cache
         of them, refreshed at the start of the recall), with their cue overlap with the query and
         whether they hold an entity the query names."""
-        return _Pool(self.lexical.columns(ns, vis, qstems, types=types, entities=qents))
+        return _Pool(pair.lexical.columns(ns, vis, qstems, types=types, entities=qents))
 
     def _contradictions(self, ns: list[int], vis: Visibility) -> dict[int, tuple[str, ...]]:
         """'contradicted by …' notes for hits with a visible `contradicts` edge, either way round."""
         found = self.store.edges.contradictions(vis, ns)
         return {n: tuple(f"contradicted by {other}: {preview}" for other, preview in v) for n, v in found.items()}
 
-    def _neighbours(self, vis: Visibility, types: frozenset[str] | None = None) -> scoring.Neighbours[int]:
-        edges, lexical, window = self.store.edges, self.lexical, self.config.sequence_window
+    def _neighbours(
+        self, pair: CachePair, vis: Visibility, types: frozenset[str] | None = None
+    ) -> scoring.Neighbours[int]:
+        edges, lexical, window = self.store.edges, pair.lexical, self.config.sequence_window
 
         def neighbours(nodes: Sequence[int]) -> dict[int, list[tuple[int, bool, float]]]:
             # Edges spread both ways; the far end must be visible to be reached at all.
@@ -314,26 +330,29 @@ class Recaller:
         store = self.store
         qstems = list(dict.fromkeys(stem(w) for w in kws))
         qents = query_entity_tokens(query) if cfg.w_entity else []
-        latest = store.changes.current()  # once for both caches (~20 us a read inside a recall)
-        if self.channel is not None and self.embedder is not None:
-            self.channel.prefetch(store, latest)  # a cold cache reads its files beside the lexical cache's
-        self.lexical.refresh(store, latest)
-        lexical = self.lexical.search(
+        pair = self.caches.of(vis.tenant)
+        vchannel = pair.vectors
+        latest = store.changes.current(vis.tenant)  # once for both caches (~20 us a read inside a recall)
+        if vchannel is not None and self.embedder is not None:
+            vchannel.prefetch(store, latest)  # a cold cache reads its files beside the lexical cache's
+        pair.lexical.refresh(store, latest)
+        lexical = pair.lexical.search(
             qstems, cfg.candidates, vis, types=type_names, k1=cfg.bm25_k1, b=cfg.bm25_b,
             prev_weight=cfg.bm25_prev, window=cfg.sequence_window,
         )  # fmt: skip
         vector: dict[int, float] = {}
         qvec = None
-        if self.channel is not None and self.embedder is not None:
-            self.channel.refresh(store, latest)
+        if vchannel is not None and self.embedder is not None:
+            vchannel.refresh(store, latest)
             qvec = self.embedder.embed([query])[0]
-            vector = self.channel.search(qvec, cfg.candidates, vis, types=type_names)
-        cands = self._candidates(list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems, qents)
+            vector = vchannel.search(qvec, cfg.candidates, vis, types=type_names)
+        self.caches.settle(vis.tenant)  # within the budget of tenant caches, this one loaded
+        cands = self._candidates(pair, list(dict.fromkeys([*lexical, *vector])), vis, type_names, qstems, qents)
         if cfg.w_entity and cfg.name_focus and not cands.entity.any():
             # No candidate holds an entity the query names (none given at remember time): the names
             # the query writes, found in the memories' own words, stand in (keywords.query_names).
             qents = query_names(query)
-            held = self.lexical.holding(cands.keys, qents) if qents else set()
+            held = pair.lexical.holding(cands.keys, qents) if qents else set()
             if held:
                 cands.entity[np.fromiter((n in held for n in cands.keys), dtype=np.bool_, count=len(cands))] = 1.0
         cands.bm25 = np.fromiter((lexical.get(n, 0.0) for n in cands.keys), dtype=np.float64, count=len(cands))
@@ -341,8 +360,8 @@ class Recaller:
         cands.vector = np.fromiter((n in vector for n in cands.keys), dtype=np.bool_, count=len(cands))
         dated = bool(cfg.w_dated) and asks_when(query)
         if dated:  # a question asking when: the memories that say when (keywords.TIME_WORDS) rise
-            self._dated(cands)
-        self._features(cands, qvec, vector, now, windows)
+            self._dated(pair, cands)
+        self._features(pair, cands, qvec, vector, now, windows)
         bounds = self._normalise(cands)
         # The candidates, by their rel, are the anchors of the temporal context (themselves included).
         anchors = (cands.n, cands.created, cands.rel)
@@ -353,16 +372,16 @@ class Recaller:
         seeds = np.lexsort((cands.n, -cands.base))[: max(k, 1)].tolist()
         spread = scoring.spread(
             {cands.keys[i]: float(cands.base[i]) / top_weight for i in seeds},
-            self._neighbours(vis, type_names),
+            self._neighbours(pair, vis, type_names),
             self._with_hops(hops),
         )
         known = set(cands.keys)
         newcomers = [n for n in spread if n not in known]
         if newcomers:
-            fresh = self._candidates(newcomers, vis, type_names, qstems, qents)
+            fresh = self._candidates(pair, newcomers, vis, type_names, qstems, qents)
             if dated:
-                self._dated(fresh)
-            self._features(fresh, qvec, {}, now, windows)
+                self._dated(pair, fresh)
+            self._features(pair, fresh, qvec, {}, now, windows)
             self._normalise(fresh, bounds)
             self._weigh(fresh, anchors)
             cands.extend(fresh)
@@ -412,17 +431,23 @@ class Recaller:
             weights=self._weights_now(),
         )
         if not dry_run:
-            self._log(explanation, top, vis, channel, trace_ref, now, types)
+            self._log(pair, explanation, top, vis, channel, trace_ref, now, types)
         return Recall(query, hits, recall_id, now), explanation
 
     def _features(
-        self, cands: _Pool, qvec: Any, vector: dict[int, float], now: float, windows: Sequence[TimeWindow]
+        self,
+        pair: CachePair,
+        cands: _Pool,
+        qvec: Any,
+        vector: dict[int, float],
+        now: float,
+        windows: Sequence[TimeWindow],
     ) -> None:
         cfg = self.config
         cosines: dict[int, float] = {}
-        if qvec is not None and self.channel is not None:
+        if qvec is not None and pair.vectors is not None:
             missing = [n for n in cands.keys if n not in vector]
-            cosines = {**self.channel.cosines(qvec, missing), **vector}
+            cosines = {**pair.vectors.cosines(qvec, missing), **vector}
         cos = np.fromiter((cosines.get(n, 0.0) for n in cands.keys), dtype=np.float64, count=len(cands))
         cands.cos = np.where(cos < 0.0, 0.0, cos)  # max(cos, 0.0); c.cue comes with the candidate
         inside = np.zeros(len(cands), dtype=np.bool_)
@@ -487,13 +512,14 @@ class Recaller:
             dtype=np.float64,
         )
 
-    def _dated(self, cands: _Pool) -> None:
+    def _dated(self, pair: CachePair, cands: _Pool) -> None:
         """`dated` = 1 for the candidates whose text holds a time expression (`keywords.TIME_WORDS`)."""
-        held = self.lexical.holding(cands.keys, TIME_WORDS)
+        held = pair.lexical.holding(cands.keys, TIME_WORDS)
         cands.dated = np.fromiter((n in held for n in cands.keys), dtype=np.float64, count=len(cands))
 
     def _log(
         self,
+        pair: CachePair,
         ex: Explanation,
         top: list[_Cand],
         vis: Visibility,
@@ -536,9 +562,9 @@ class Recaller:
             # Committed (not a savepoint of the caller's transaction): the caches take this write
             # as it was made instead of reading the hits' rows back at the next recall's refresh.
             change, updates = written
-            self.lexical.accessed(change, updates)
-            if self.channel is not None:
-                self.channel.passed(change)
+            pair.lexical.accessed(change, updates)
+            if pair.vectors is not None:
+                pair.vectors.passed(change)
 
 
 def _span(values: npt.NDArray[np.float64]) -> tuple[float, float]:

@@ -4,7 +4,7 @@ An agent that writes a dialogue, a task or a meeting down one memory at a time l
 order, but rarely links each memory to the one before (``link(a, b, "precedes")``). Recall's
 spreading activation can only follow edges, so without links the turn next to a strong match —
 often the answer — gets nothing from it. Here two memories that the store holds one after the
-other (adjacent keys: the order they were written in) and whose ``created_at`` lie within
+other (adjacent keys, or adjacent slots in a cache of one tenant: the order they were written in) and whose ``created_at`` lie within
 ``ScoringConfig.sequence_window`` seconds of each other count as linked ``precedes`` (weight 1, not
 causal) for spreading. The window is a prior, not a fit: one sitting (an hour) lays down an
 episode; memories a day apart are not one. Two memories made at the very same instant (one
@@ -35,14 +35,17 @@ def sequence_neighbours(
     the same instant)."""
     if window <= 0 or not nodes:
         return {}
-    wanted = sorted({k for n in nodes for k in (n - 1, n, n + 1) if k >= 0})
+    beside = lexical.beside(nodes)
+    wanted = sorted({k for n, pair in beside.items() for k in (n, *pair) if k is not None})
     created = lexical.created_of(wanted, vis, types=types)
     out: dict[int, list[tuple[int, bool, float]]] = {}
     for n in nodes:
         t = created.get(n)
         if t is None:
             continue
-        near = [(m, False, 1.0) for m in (n - 1, n + 1) if m in created and 0 < abs(created[m] - t) <= window]
+        near = [
+            (m, False, 1.0) for m in beside[n] if m is not None and m in created and 0 < abs(created[m] - t) <= window
+        ]
         if near:
             out[n] = near
     return out

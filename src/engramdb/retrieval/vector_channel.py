@@ -36,6 +36,7 @@ from engramdb.embeddings.base import Embedder
 from engramdb.memories.model import Visibility
 from engramdb.retrieval import side_files
 from engramdb.retrieval.columns import VisibilityColumns
+from engramdb.retrieval.slots import Keys, TenantSlots
 from engramdb.storage.ports import Backend, VectorRow
 from engramdb.vectors import ann
 from engramdb.vectors.ann import AnnIndex, read_ivf
@@ -70,11 +71,26 @@ class VectorChannel:
         index: the `VectorIndex` to fill (default: `ExactIndex`).
         database: the database file, beside which the index is kept across processes (see the
             module docstring); used only with an `AnnIndex`. None: never saved.
+        tenant: hold this tenant's memories alone, following its change sequence, at slots of its
+            own (`engramdb.retrieval.slots.TenantSlots`; `slots` shares them with the tenant's
+            lexical cache); None: every memory of the store, at its key.
     """
 
-    def __init__(self, embedder: Embedder, index: VectorIndex | None = None, *, database: Path | None = None) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        index: VectorIndex | None = None,
+        *,
+        database: Path | None = None,
+        tenant: str | None = None,
+        slots: Keys | None = None,
+    ) -> None:
         self.embedder = embedder
-        self.index: VectorIndex = index if index is not None else ExactIndex(embedder.dim)
+        self.tenant = tenant
+        self.slots: Keys = slots if slots is not None else TenantSlots() if tenant is not None else Keys()
+        self.index: VectorIndex = (
+            index if index is not None else ExactIndex(embedder.dim, capacity=1024 if tenant is None else 16)
+        )
         # Re-entrant: search() and best_matches() hold it while they read arrays that refresh() grows.
         self._lock = threading.RLock()
         self._seen = -1
@@ -82,7 +98,7 @@ class VectorChannel:
         # back change number and key are used again by the next writer: the first refresh outside
         # a transaction after one starts over from an empty index (`_start_over`).
         self._tainted = False
-        self.cols = VisibilityColumns()
+        self.cols = VisibilityColumns(1024 if tenant is None else 16)
         self._database = database
         #: where the index is kept between processes (None: it is not)
         self.side_file = (
@@ -117,7 +133,7 @@ class VectorChannel:
             in_transaction = store.in_transaction()
             if self._tainted and not in_transaction:
                 self._start_over()
-            latest = store.changes.current() if latest is None else latest
+            latest = store.changes.current(self.tenant) if latest is None else latest
             if latest == self._seen:
                 return
             if in_transaction:
@@ -127,7 +143,7 @@ class VectorChannel:
             if self._seen == -1:
                 self._load_all(store)
             else:
-                self._apply(store.vectors.cache_rows(self.embedder.name, self._seen))
+                self._apply(store.vectors.cache_rows(self.embedder.name, self._seen, self.tenant))
             self._seen = latest
             index = self.index
             if isinstance(index, AnnIndex) and index.generation != self._saved_generation:
@@ -206,7 +222,7 @@ class VectorChannel:
         """A first load, in batches; an `AnnIndex` builds its IVF once, at the end."""
         bulk = self.index.bulk() if isinstance(self.index, AnnIndex) else contextlib.nullcontext()
         with bulk:
-            for rows in store.vectors.cache_row_batches(self.embedder.name, -1, LOAD_BATCH):
+            for rows in store.vectors.cache_row_batches(self.embedder.name, -1, LOAD_BATCH, self.tenant):
                 self._apply(rows)
 
     def _apply(self, rows: Sequence[VectorRow]) -> None:
@@ -217,6 +233,8 @@ class VectorChannel:
         the cache and its vector is overwritten with zeros, in the matrix and in the IVF, so no
         later save of the side file carries it.
         """
+        if self.slots.translated:
+            rows = self.slots.rows(list(rows))
         purged = []
         for r in rows:
             if r[9] is None:
@@ -375,6 +393,14 @@ class VectorChannel:
             log.warning("could not save the vector cache to %s: %s", self.side_file, exc)
         self._dirty = 0
 
+    def nbytes(self) -> int:
+        """About how many bytes this cache holds, its slots aside (what a budget of caches counts)."""
+        with self._lock:
+            index = self.index
+            own = getattr(index, "nbytes", None)
+            held = int(own()) if callable(own) else 4 * len(index) * index.dim
+            return held + sum(int(getattr(self.cols, name).nbytes) for name in VisibilityColumns._ARRAYS)
+
     def mask(self, vis: Visibility) -> npt.NDArray[np.bool_]:
         """The `Visibility` rule over the cached attributes (a fresh array)."""
         return self.cols.visible(vis, len(self.index))
@@ -399,7 +425,7 @@ class VectorChannel:
             if min_level is not None:
                 mask &= self.cols.level[:n] >= min_level
             keys, sims = self.index.search(query_vec, k, mask)
-            return dict(zip(keys.tolist(), sims.tolist(), strict=True))
+            return dict(zip(self.slots.keys(keys).tolist(), sims.tolist(), strict=True))
 
     def best_matches(
         self, vecs: npt.NDArray[np.float32], vis: Visibility, filters: list[tuple[str, str, int]]
@@ -429,7 +455,7 @@ class VectorChannel:
             sims = np.empty((0, n), dtype=np.float32)
             out: list[list[tuple[int, float]]] = []
             masks: dict[tuple[str, str, int], npt.NDArray[np.bool_]] = {}
-            keys = self.index.keys()
+            keys = self.slots.keys(self.index.keys())
             for i, f in enumerate(filters):
                 if i % block == 0:
                     sims = _similarities(self.index, q[i : i + block])
@@ -533,7 +559,7 @@ class VectorChannel:
             ok &= (cols.type[at] == want_type) & (cols.owner[at] == want_owner) & (cols.level[at] >= want_level)
             # Only the few rows re-scored are read (a compact index would dequantise the whole
             # matrix for `vectors_matrix`: 1.5 GB at 1M memories).
-            keys, at_rows = self.index.keys(), getattr(self.index, "vectors_at", None)
+            keys, at_rows = self.slots.keys(self.index.keys()), getattr(self.index, "vectors_at", None)
             matrix = None if at_rows is not None else self.index.vectors_matrix()
             out: list[list[tuple[int, float]]] = []
             for i, f in enumerate(filters):
@@ -599,7 +625,7 @@ class VectorChannel:
         with self._lock:
             if not keys:
                 return {}
-            wanted = np.asarray(keys, dtype=np.int64)
+            wanted = self.slots.find(np.asarray(keys, dtype=np.int64))
             index = self.index
             # The search just before (recall's) scored every row for this query: its values, not a
             # second product over rows gathered from a 15 MB matrix (AnnIndex.scores_of).

@@ -381,11 +381,12 @@ class MemoryRows(Protocol):
         """(key, confidentiality) of every memory `vis` shows, oldest first."""
         ...
 
-    def index_rows(self, since: int) -> list[IndexRow]:
-        """Every memory changed after `since`, as the lexical index loads it."""
+    def index_rows(self, since: int, tenant: str | None = None) -> list[IndexRow]:
+        """Every memory changed after `since`, as the lexical index loads it; of `tenant` alone
+        when given (required with `Backend.caches_by_tenant`: `since` is a number of its sequence)."""
         ...
 
-    def index_row_batches(self, since: int, size: int) -> Iterator[list[IndexRow]]:
+    def index_row_batches(self, since: int, size: int, tenant: str | None = None) -> Iterator[list[IndexRow]]:
         """`index_rows` in batches of about `size` rows, all from one read of the store (a first
         load of a million memories, without holding them all as Python objects at once)."""
         ...
@@ -523,14 +524,22 @@ class Versions(Protocol):
 
 
 class ChangeSequence(Protocol):
-    """A store-wide write sequence number: caches reload what changed after the one they saw."""
+    """The write sequence numbers caches follow: they reload what changed after the one they saw.
 
-    def next(self) -> int:
-        """The next number (call inside the write's transaction)."""
+    A backend with `Backend.caches_by_tenant` keeps one sequence per tenant (PostgreSQL): a
+    memory's ``changed`` is then a number of its tenant's sequence, and only reads of one tenant
+    may compare with it. Otherwise (SQLite) one sequence serves the whole store and `tenant` is
+    ignored.
+    """
+
+    def next(self, tenant: str) -> int:
+        """The next number of `tenant`'s sequence (call inside the write's transaction; it holds
+        the sequence until the transaction ends, so numbers commit in order)."""
         ...
 
-    def current(self) -> int:
-        """The latest committed number."""
+    def current(self, tenant: str | None = None) -> int:
+        """The latest committed number of `tenant`'s sequence (0 before its first write); None:
+        the store's one sequence (a backend without per-tenant caches only)."""
         ...
 
 
@@ -547,8 +556,9 @@ class MemoryVectors(Protocol):
         """The vectors of `model` of what `vis` shows, in batches, by owner, creation time, key."""
         ...
 
-    def cache_rows(self, model: str, since: int) -> list[VectorRow]:
-        """Every memory changed after `since`, with its `model` vector or None."""
+    def cache_rows(self, model: str, since: int, tenant: str | None = None) -> list[VectorRow]:
+        """Every memory changed after `since`, with its `model` vector or None; of `tenant` alone
+        when given (required with `Backend.caches_by_tenant`, as for `MemoryRows.index_rows`)."""
         ...
 
     def cache_rows_for(self, model: str, keys: Sequence[int]) -> list[VectorRow]:
@@ -560,7 +570,9 @@ class MemoryVectors(Protocol):
         (newest first, ties by key, newest first)."""
         ...
 
-    def cache_row_batches(self, model: str, since: int, size: int) -> Iterator[list[VectorRow]]:
+    def cache_row_batches(
+        self, model: str, since: int, size: int, tenant: str | None = None
+    ) -> Iterator[list[VectorRow]]:
         """`cache_rows` in batches of about `size` rows, all from one read of the store."""
         ...
 
@@ -774,6 +786,13 @@ class Backend(Protocol):
     @property
     def cache_file(self) -> Path | None:
         """A file path beside which local caches (the vector side file) may be kept, or None."""
+        ...
+
+    @property
+    def caches_by_tenant(self) -> bool:
+        """True when recall's caches are kept per tenant (loaded at a tenant's first use, evicted
+        past a byte budget) and each tenant has its own change sequence (PostgreSQL: a server
+        of many tenants); False when one cache follows the whole store (SQLite: a file)."""
         ...
 
     def atomic(self) -> AbstractContextManager[None]:

@@ -310,6 +310,16 @@ class AnnIndex(ExactIndex):
         # made on first use after each build or load.
         self._graph: Any = None
 
+    def nbytes(self) -> int:
+        """About how many bytes the index holds: the matrix (or its codes), the pending rows and
+        the IVF (a code and an id per vector)."""
+        held = super().nbytes() + self._scale.nbytes + len(self._pending) * (self._dim * 4 + 100)
+        if self._codes is not None:
+            held += self._codes.nbytes
+        if self._ivf is not None:
+            held += int(self._ivf.ntotal) * (self._dim + 8)
+        return held
+
     # ----------------------------------------------------------------------------------------
     # The VectorIndex protocol (storage, keys, row_of, vectors_of, vectors_matrix: from ExactIndex)
     # ----------------------------------------------------------------------------------------

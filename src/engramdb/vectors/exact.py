@@ -98,6 +98,11 @@ class ExactIndex:
     def dim(self) -> int:
         return self._dim
 
+    def nbytes(self) -> int:
+        """About how many bytes the index holds (its arrays, with their room to grow)."""
+        rows = self._rows
+        return self._vecs.nbytes + self._keys.nbytes + rows._dense.nbytes + 100 * len(rows._far)
+
     def __len__(self) -> int:
         return self._n
 

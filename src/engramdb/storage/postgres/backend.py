@@ -99,6 +99,11 @@ class PostgresBackend:
         # No local file: caches beside the store would be per machine, and the server is shared.
         return None
 
+    @property
+    def caches_by_tenant(self) -> bool:
+        # A server of many tenants: each process holds only the tenants it serves.
+        return True
+
     # -- units of work ----------------------------------------------------------------------------
 
     def atomic(self) -> contextlib.AbstractContextManager[None]:

@@ -10,14 +10,16 @@ reorder an applied one.
 
 Keys, for distribution by tenant (Citus): the tenant leads the primary key of every tenant table
 ((tenant, n) for memories, (tenant, src, dst, type) for edges, …) and every unique constraint. The
-internal key ``n`` comes from one sequence, so it is unique in the store as the ports require. Two
-non-unique indexes do not lead with the tenant, because the ports address rows without one:
-``engram_memories (n)`` (engine-internal calls by key) and ``engram_memories (changed)`` (caches
-load every tenant's changes by change sequence). Citus accepts both (only unique indexes must
+internal key ``n`` comes from one sequence, so it is unique in the store as the ports require. One
+non-unique index does not lead with the tenant, because the ports address rows without one:
+``engram_memories (n)`` (engine-internal calls by key). Citus accepts it (only unique indexes must
 hold the distribution column); such calls fan out over the shards.
 
-Store-wide tables without a tenant: ``engram_migrations``, ``engram_meta`` (``instance_id``,
-``engine_role``) and ``engram_counters`` (the change sequence): reference tables on Citus.
+Each tenant has its own change sequence (``engram_changes``, one row per tenant, under row-level
+security like the tenant tables; migration 7): the caches of a tenant load it by
+``(tenant, changed)``. Store-wide tables without a tenant: ``engram_migrations``, ``engram_meta``
+(``instance_id``, ``engine_role``) and ``engram_counters`` (the store-wide sequence of stores made
+before migration 7, no longer advanced): reference tables on Citus.
 
 Row-level security, FORCE'd, on every tenant table: see `engramdb.storage.postgres.connection`.
 """
@@ -209,6 +211,39 @@ def _m0006_importance_source(db: psycopg.Connection[Any]) -> None:
     db.execute("UPDATE engram.engram_memories SET imp_source = 0 WHERE importance = 5.0")
 
 
+def _m0007_tenant_changes(db: psycopg.Connection[Any]) -> None:
+    # One change sequence per tenant instead of one store-wide counter row: writers of different
+    # tenants no longer queue on one row lock, and a process's caches poll only the tenants they
+    # hold. Each tenant's sequence starts where the store-wide one stood, so every stored `changed`
+    # stays at or below its tenant's current number. The caches load a tenant by (tenant, changed).
+    db.execute("CREATE TABLE engram.engram_changes (tenant text PRIMARY KEY, value bigint NOT NULL)")
+    db.execute(
+        "INSERT INTO engram.engram_changes (tenant, value) SELECT DISTINCT m.tenant, c.value "
+        "FROM engram.engram_memories m, engram.engram_counters c WHERE c.name = 'memories'"
+    )
+    name = sql.Identifier("engram", "engram_changes")
+    db.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(name))
+    db.execute(sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(name))
+    db.execute(
+        sql.SQL(
+            "CREATE POLICY engram_tenant ON {} USING "
+            "(tenant = current_setting('engramdb.tenant', true) OR current_setting('engramdb.tenant', true) = '*') "
+            "WITH CHECK "
+            "(tenant = current_setting('engramdb.tenant', true) OR current_setting('engramdb.tenant', true) = '*')"
+        ).format(name)
+    )
+    role = db.execute("SELECT value FROM engram.engram_meta WHERE key = 'engine_role'").fetchone()
+    if role is not None:
+        db.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON engram.engram_changes TO {}").format(
+                sql.Identifier(str(role[0]))
+            )
+        )
+    db.execute("CREATE INDEX engram_memories_tenant_changed ON engram.engram_memories (tenant, changed)")
+    # Nothing loads every tenant by change any more (each cache loads its own tenant).
+    db.execute("DROP INDEX IF EXISTS engram.engram_memories_changed")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "engine_tables", _m0001_engine_tables),
     Migration(2, "row_level_security", _m0002_row_level_security),
@@ -216,6 +251,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "tombstone_levels", _m0004_tombstone_levels),
     Migration(5, "unused_access_indexes", _m0005_unused_access_indexes),
     Migration(6, "importance_source", _m0006_importance_source),
+    Migration(7, "tenant_changes", _m0007_tenant_changes),
 )
 
 

@@ -493,18 +493,21 @@ class PgMemoryRows:
         )
         return [(int(n), int(c)) for n, c in rows]
 
-    def index_rows(self, since: int) -> list[IndexRow]:
+    def index_rows(self, since: int, tenant: str | None = None) -> list[IndexRow]:
+        if tenant is None:
+            raise ValueError("PostgreSQL keeps one change sequence per tenant: name the tenant")
         rows = self._fetch(
-            ALL_TENANTS,
+            tenant,
             "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens, "  # noqa: S608 - engine table names and predicates, values bound
-            f"importance, ring, old_count, old_newest, old_oldest, created_at, entities FROM {M} WHERE changed > %s",
-            (since,),
+            f"importance, ring, old_count, old_newest, old_oldest, created_at, entities FROM {M} "
+            "WHERE tenant = %s AND changed > %s",
+            (tenant, since),
         )
         return [(*r[:11], None if r[11] is None else bytes(r[11]), *r[12:]) for r in rows]
 
-    def index_row_batches(self, since: int, size: int) -> Iterator[list[IndexRow]]:
-        # PostgreSQL keeps no side files, so a first load here is rarely large: one batch.
-        rows = self.index_rows(since)
+    def index_row_batches(self, since: int, size: int, tenant: str | None = None) -> Iterator[list[IndexRow]]:
+        # PostgreSQL keeps no side files, and its caches hold one tenant each: one batch.
+        rows = self.index_rows(since, tenant)
         if rows:
             yield rows
 

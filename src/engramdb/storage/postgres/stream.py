@@ -18,7 +18,7 @@ from engramdb.memories.model import (
     Visibility,
 )
 from engramdb.storage.ports import RecallRecord, Touch, Usage
-from engramdb.storage.postgres.connection import KEYS, STORE, PgStore
+from engramdb.storage.postgres.connection import KEYS, PgStore
 from engramdb.storage.postgres.visibility import predicate
 
 _READS = "('recalled', 'searched', 'deref')"
@@ -264,20 +264,26 @@ class PgVersions(_Port):
 
 
 class PgChangeSequence(_Port):
-    """`engramdb.storage.ports.ChangeSequence` over the ``memories`` row of ``engram.engram_counters``.
+    """`engramdb.storage.ports.ChangeSequence` over ``engram.engram_changes``: one counter row per tenant.
 
-    A counter row, not a SEQUENCE: taking a number locks the row until the write's transaction
-    ends, so numbers commit in order. With a sequence a reader could see number 6 committed while
-    5 is still open, move past 5, and never load that write.
+    A counter row, not a SEQUENCE: taking a number locks the tenant's row until the write's
+    transaction ends, so a tenant's numbers commit in order. With a sequence a reader could see
+    number 6 committed while 5 is still open, move past 5, and never load that write. One row per
+    tenant, not one for the store: writers of different tenants do not wait for each other, and
+    a cache reads only the rows of the tenant it holds.
     """
 
-    def next(self) -> int:
+    def next(self, tenant: str) -> int:
         rows = self._fetch(
-            STORE,
-            "UPDATE engram.engram_counters SET value = value + 1 WHERE name = 'memories' RETURNING value",
+            tenant,
+            "INSERT INTO engram.engram_changes AS c (tenant, value) VALUES (%s, 1) "
+            "ON CONFLICT (tenant) DO UPDATE SET value = c.value + 1 RETURNING c.value",
+            (tenant,),
         )
         return int(rows[0][0])
 
-    def current(self) -> int:
-        rows = self._fetch(STORE, "SELECT value FROM engram.engram_counters WHERE name = 'memories'")
-        return int(rows[0][0])
+    def current(self, tenant: str | None = None) -> int:
+        if tenant is None:
+            raise ValueError("PostgreSQL keeps one change sequence per tenant: name the tenant")
+        rows = self._fetch(tenant, "SELECT value FROM engram.engram_changes WHERE tenant = %s", (tenant,))
+        return int(rows[0][0]) if rows else 0

@@ -99,12 +99,18 @@ class PgMemoryVectors:
     def _cache(self, rows: list[tuple[Any, ...]]) -> list[VectorRow]:
         return [(*r[:9], _raw(r[9])) for r in rows]
 
-    def cache_rows(self, model: str, since: int) -> list[VectorRow]:
-        return self._cache(self._fetch(ALL_TENANTS, _CACHE_ROWS + "WHERE m.changed > %s", (model, since)))
+    def cache_rows(self, model: str, since: int, tenant: str | None = None) -> list[VectorRow]:
+        if tenant is None:
+            raise ValueError("PostgreSQL keeps one change sequence per tenant: name the tenant")
+        return self._cache(
+            self._fetch(tenant, _CACHE_ROWS + "WHERE m.tenant = %s AND m.changed > %s", (model, tenant, since))
+        )
 
-    def cache_row_batches(self, model: str, since: int, size: int) -> Iterator[list[VectorRow]]:
-        # PostgreSQL keeps no side files, so a first load here is rarely large: one batch.
-        rows = self.cache_rows(model, since)
+    def cache_row_batches(
+        self, model: str, since: int, size: int, tenant: str | None = None
+    ) -> Iterator[list[VectorRow]]:
+        # PostgreSQL keeps no side files, and its caches hold one tenant each: one batch.
+        rows = self.cache_rows(model, since, tenant)
         if rows:
             yield rows
 

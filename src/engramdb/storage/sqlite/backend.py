@@ -78,6 +78,11 @@ class SqliteBackend:
         # Only a real file gets caches beside it (not the private temp file of ":memory:").
         return None if self._memory_file or not self._store.path.is_file() else self._store.path
 
+    @property
+    def caches_by_tenant(self) -> bool:
+        # One file: its caches follow the whole file (tenants that need their own use TenantFiles).
+        return False
+
     # -- units of work ----------------------------------------------------------------------------
 
     @contextlib.contextmanager

@@ -544,23 +544,20 @@ class SqliteMemoryRows:
         return [(int(n), int(c)) for n, c in rows]
 
     @translated
-    def index_rows(self, since: int) -> list[IndexRow]:
-        return (
-            self._db()
-            .execute(
-                "SELECT n, tenant, owner, confidentiality, archived, valid_from, valid_to, type, terms, n_tokens, "
-                "importance, ring, old_count, old_newest, old_oldest, created_at, entities FROM engram_memories "
-                "WHERE changed > ?",
-                (since,),
-            )
-            .fetchall()
-        )
+    def index_rows(self, since: int, tenant: str | None = None) -> list[IndexRow]:
+        if tenant is None:
+            return self._db().execute(_INDEX_ROWS + "WHERE changed > ?", (since,)).fetchall()
+        return self._db().execute(_INDEX_ROWS + "WHERE changed > ? AND tenant = ?", (since, tenant)).fetchall()
 
-    def index_row_batches(self, since: int, size: int) -> Iterator[list[IndexRow]]:
+    def index_row_batches(self, since: int, size: int, tenant: str | None = None) -> Iterator[list[IndexRow]]:
         # One statement read in pieces: SQLite keeps its snapshot until the cursor is exhausted.
         conn = self._store.connection("engine")
         with translate(conn):
-            cur = conn.raw.execute(_INDEX_ROWS + "WHERE changed > ?", (since,))
+            cur = (
+                conn.raw.execute(_INDEX_ROWS + "WHERE changed > ?", (since,))
+                if tenant is None
+                else conn.raw.execute(_INDEX_ROWS + "WHERE changed > ? AND tenant = ?", (since, tenant))
+            )
         while True:
             with translate(conn):
                 rows = cur.fetchmany(size)

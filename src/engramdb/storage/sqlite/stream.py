@@ -278,7 +278,7 @@ class SqliteChangeSequence(_Engine):
     """`engramdb.storage.ports.ChangeSequence` over the ``memories`` row of ``engram_counters``."""
 
     @translated
-    def next(self) -> int:
+    def next(self, tenant: str) -> int:  # one sequence per file: SQLite's write lock is the file's anyway
         row = (
             self._db()
             .execute("UPDATE engram_counters SET value = value + 1 WHERE name = 'memories' RETURNING value")
@@ -287,5 +287,5 @@ class SqliteChangeSequence(_Engine):
         return int(row[0])
 
     @translated
-    def current(self) -> int:
+    def current(self, tenant: str | None = None) -> int:
         return int(self._db().execute("SELECT value FROM engram_counters WHERE name = 'memories'").fetchone()[0])

@@ -55,14 +55,24 @@ class SqliteMemoryVectors:
             yield rows
 
     @translated
-    def cache_rows(self, model: str, since: int) -> list[VectorRow]:
-        return self._db().execute(_CACHE_ROWS + "WHERE m.changed > ?", (model, since)).fetchall()
+    def cache_rows(self, model: str, since: int, tenant: str | None = None) -> list[VectorRow]:
+        if tenant is None:
+            return self._db().execute(_CACHE_ROWS + "WHERE m.changed > ?", (model, since)).fetchall()
+        return (
+            self._db().execute(_CACHE_ROWS + "WHERE m.changed > ? AND m.tenant = ?", (model, since, tenant)).fetchall()
+        )
 
-    def cache_row_batches(self, model: str, since: int, size: int) -> Iterator[list[VectorRow]]:
+    def cache_row_batches(
+        self, model: str, since: int, size: int, tenant: str | None = None
+    ) -> Iterator[list[VectorRow]]:
         # One statement read in pieces: SQLite keeps its snapshot until the cursor is exhausted.
         conn = self._store.connection("engine")
         with translate(conn):
-            cur = conn.raw.execute(_CACHE_ROWS + "WHERE m.changed > ?", (model, since))
+            cur = (
+                conn.raw.execute(_CACHE_ROWS + "WHERE m.changed > ?", (model, since))
+                if tenant is None
+                else conn.raw.execute(_CACHE_ROWS + "WHERE m.changed > ? AND m.tenant = ?", (model, since, tenant))
+            )
         while True:
             with translate(conn):
                 rows = cur.fetchmany(size)

@@ -1,0 +1,158 @@
+"""Recall's caches of a server of many tenants: one pair per tenant, loaded at the tenant's first
+use, the least recently used dropped once they hold more than a byte budget.
+
+A process serving a few tenants of a PostgreSQL store of a thousand used to load every tenant's
+memories into one pair of caches at its first recall (44 s and 1 GB at 1,000 × 200 memories).
+Here each tenant's lexical and vector caches (`LexicalChannel`, `VectorChannel` with a tenant)
+read only that tenant's rows, by its own change sequence, at slots of its own
+(`engramdb.retrieval.slots.TenantSlots`), so a first recall of a tenant costs what that tenant
+alone costs, and a process holds only the tenants it serves. The rankings are the ones the same
+tenant would get alone in a store of its own: BM25's statistics and the visibility mask were
+always over the reader's tenant, and "the memory written just before" is the tenant's previous one.
+
+**The budget.** After each use (`settle`) the caches of other tenants are dropped, least recently
+used first, until what is held (each pair's `nbytes`, arrays with their room to grow) is within
+`budget` bytes. The tenant in use is never dropped by its own call, so a tenant larger than the
+whole budget is held alone while it is served. A pair dropped while another thread still reads it
+stays intact for that thread and is freed when it is done. None: no budget (nothing is dropped).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from engramdb.retrieval.lexical_channel import LexicalChannel
+from engramdb.retrieval.slots import Keys
+
+if TYPE_CHECKING:
+    from engramdb.retrieval.vector_channel import VectorChannel
+
+#: the default budget of one process's tenant caches
+DEFAULT_BUDGET = 512 << 20
+
+
+@dataclass(eq=False)
+class CachePair:
+    """One cache's lexical and vector halves (the vector one None without an embedder), and the
+    slots they share."""
+
+    lexical: LexicalChannel
+    vectors: VectorChannel | None
+    slots: Keys = field(default_factory=Keys)
+    tenant: str | None = None
+
+    def nbytes(self) -> int:
+        held = self.lexical.nbytes() + self.slots.nbytes()
+        return held + (self.vectors.nbytes() if self.vectors is not None else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """What a process's tenant caches hold and have done (`TenantCaches.stats`)."""
+
+    tenants: int
+    nbytes: int
+    budget: int | None
+    loads: int
+    evictions: int
+    held: tuple[str, ...]
+
+
+class WholeStore:
+    """The one pair of caches of a store that keeps one cache for everything (SQLite)."""
+
+    def __init__(self, pair: CachePair) -> None:
+        self.pair = pair
+
+    def of(self, tenant: str) -> CachePair:
+        return self.pair
+
+    def settle(self, tenant: str) -> None:
+        """Nothing to drop: one pair."""
+
+    def pairs(self) -> list[CachePair]:
+        return [self.pair]
+
+    def drop(self, tenant: str) -> None:
+        """Nothing to drop: one pair."""
+
+
+class TenantCaches:
+    """A pair of caches per tenant, made by `make` at the tenant's first use, held within `budget`
+    bytes (see the module docstring)."""
+
+    def __init__(self, make: Callable[[str], CachePair], budget: int | None = DEFAULT_BUDGET) -> None:
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise ValueError(f"the cache budget must be a whole number of bytes (0 or more) or None, got {budget!r}")
+        self._make = make
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._held: OrderedDict[str, CachePair] = OrderedDict()
+        #: bytes each held pair counted at its last `settle`
+        self._sizes: dict[str, int] = {}
+        self._loads = 0
+        self._evictions = 0
+
+    def of(self, tenant: str) -> CachePair:
+        """`tenant`'s caches (made, empty, at its first use: they load at their first refresh),
+        counted as used now."""
+        with self._lock:
+            pair = self._held.get(tenant)
+            if pair is not None:
+                self._held.move_to_end(tenant)
+                return pair
+        made = self._make(tenant)
+        with self._lock:
+            pair = self._held.get(tenant)
+            if pair is None:  # (another thread may have made it meanwhile: one pair per tenant)
+                pair = self._held[tenant] = made
+                self._loads += 1
+            self._held.move_to_end(tenant)
+            return pair
+
+    def settle(self, tenant: str) -> None:
+        """Count `tenant`'s caches as they are now, and drop others', least recently used first,
+        while all of them hold more than the budget."""
+        with self._lock:
+            pair = self._held.get(tenant)
+            if pair is not None:
+                self._sizes[tenant] = pair.nbytes()
+            if self.budget is None:
+                return
+            total = sum(self._sizes.get(t, 0) for t in self._held)
+            for other in list(self._held):
+                if total <= self.budget:
+                    break
+                if other == tenant:
+                    continue
+                total -= self._sizes.pop(other, 0)
+                del self._held[other]
+                self._evictions += 1
+
+    def drop(self, tenant: str) -> None:
+        """Forget `tenant`'s caches (they load again at its next use)."""
+        with self._lock:
+            if self._held.pop(tenant, None) is not None:
+                self._sizes.pop(tenant, None)
+
+    def pairs(self) -> list[CachePair]:
+        with self._lock:
+            return list(self._held.values())
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(
+                tenants=len(self._held),
+                nbytes=sum(self._sizes.get(t, 0) for t in self._held),
+                budget=self.budget,
+                loads=self._loads,
+                evictions=self._evictions,
+                held=tuple(self._held),
+            )
+
+
+__all__ = ["DEFAULT_BUDGET", "CachePair", "CacheStats", "TenantCaches", "WholeStore"]

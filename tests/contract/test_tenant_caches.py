@@ -181,3 +181,19 @@ def test_a_cache_budget_that_is_not_bytes_is_refused(make_engine: Callable[..., 
     for bad in (-1, 1.5, "512MB", True):
         with pytest.raises(ConfigError, match="cache_budget"):
             make_engine(cache_budget=bad)
+
+
+def test_a_write_without_dedup_loads_no_cache_and_one_with_dedup_keeps_the_budget(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock
+) -> None:
+    engine = make_engine(memory_embedder=fake_embedder(), cache_budget=1)
+    engine.agent("alice", tenant="acme").recall("anything")  # the caches exist in this process
+    caches = engine.runtime.tenant_caches
+    engine.agent("bob", tenant="globex").remember("globex plans", dedup=False)
+    if caches is None:
+        return
+    assert caches.stats().held == ("acme",)  # a write hands rows only to caches already held
+    engine.agent("bob", tenant="initech").remember("initech plans")  # dedup reads initech's vectors
+    assert caches.stats().held == ("initech",)  # and the budget (1 byte) dropped acme
+    again = engine.agent("bob", tenant="initech").remember("initech plans")
+    assert again.access_count >= 1  # the loaded cache found the duplicate

@@ -160,6 +160,14 @@ class Runtime:
         """The vector cache that serves `tenant`, or None without an embedder."""
         return self._memory()[1].of(tenant).vectors
 
+    def held_vectors(self, tenant: str) -> VectorChannel | None:
+        """The vector cache of `tenant` if this process holds it already (a write hands its rows
+        to a cache that is there; it does not make one for a tenant no recall has used)."""
+        if self._parts is None:
+            return None
+        pair = self._parts[1].peek(tenant)
+        return None if pair is None else pair.vectors
+
     def settle_caches(self, tenant: str) -> None:
         """Hold the tenant caches within their budget after `tenant`'s were used."""
         self._memory()[1].settle(tenant)

@@ -251,7 +251,7 @@ def _remember_prepared(
         # reinforcement, which changed only access state (ring, counts), nothing it holds. A batch
         # of 1,000 with duplicates at 1M memories read its ~1,000 rows back in the next call's
         # refresh (~23 ms of ~280).
-        channel = rt.vectors_for(who.tenant)
+        channel = rt.held_vectors(who.tenant)
         if channel is not None:
             rows = [_vector_row(n, change, m, vectors[i].tobytes()) for i, n, m in zip(kept, keys, fresh, strict=True)]
             channel.written(store, change, rows)
@@ -376,6 +376,7 @@ def _duplicates(
     if not asked:
         return {}, {}
     channel.refresh(rt.store, latest)  # at least what the caller read at `latest`
+    rt.settle_caches(who.tenant)  # (a first write of a tenant loaded its caches: within the budget)
     threshold = rt.dedup_threshold
     filters = [(prepared[i]["type"].value, prepared[i]["owner"], int(prepared[i]["level"])) for i in asked]
     found = dict(

@@ -71,6 +71,9 @@ class WholeStore:
     def of(self, tenant: str) -> CachePair:
         return self.pair
 
+    def peek(self, tenant: str) -> CachePair | None:
+        return self.pair
+
     def settle(self, tenant: str) -> None:
         """Nothing to drop: one pair."""
 
@@ -113,6 +116,11 @@ class TenantCaches:
                 self._loads += 1
             self._held.move_to_end(tenant)
             return pair
+
+    def peek(self, tenant: str) -> CachePair | None:
+        """`tenant`'s caches if this process holds them (nothing is made or counted as used)."""
+        with self._lock:
+            return self._held.get(tenant)
 
     def settle(self, tenant: str) -> None:
         """Count `tenant`'s caches as they are now, and drop others', least recently used first,

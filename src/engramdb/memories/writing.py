@@ -544,7 +544,7 @@ class _BatchMatches:
 def _insert(
     rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float, change: int | None = None
 ) -> tuple[list[int], list[Memory]]:
-    """Store `prepared` as new memories in one transaction (a savepoint of the caller's), at write
+    """Store `prepared` as new memories in the caller's transaction, at write
     sequence `change` (the caller's, taken under the write lock; else a new one)."""
     embedder = rt.embedder
     store = rt.store
@@ -565,13 +565,13 @@ def _insert(
         )  # fmt: skip
         items.append(NewMemory(memory, p["hash"], cue_terms(memory.title, memory.content, *memory.tags), ring))
         out.append(memory)
-    with store.atomic():
-        keys = store.memories.insert(items, store.changes.next(who.tenant) if change is None else change)
-        if vectors is not None and embedder is not None:
-            store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
-        store.accesses.append(
-            [Touch(n, Channel.CREATED) for n in keys], now=now, tenant=who.tenant, reader=who.agent_id
-        )
+    # Inside the caller's unit of work (`_remember_prepared`, its one caller): all or nothing with
+    # it, and no savepoint of its own (on PostgreSQL a savepoint pair is two more round trips).
+    assert store.in_transaction(), "_insert runs inside its caller's unit of work"
+    keys = store.memories.insert(items, store.changes.next(who.tenant) if change is None else change)
+    if vectors is not None and embedder is not None:
+        store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
+    store.accesses.append([Touch(n, Channel.CREATED) for n in keys], now=now, tenant=who.tenant, reader=who.agent_id)
     return keys, [rt.annotate(m, now) for m in out]
 
 

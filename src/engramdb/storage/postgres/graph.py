@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from engramdb.memories.model import Edge, EdgeType, Visibility
-from engramdb.storage.postgres.connection import KEYS, PgStore
+from engramdb.storage.postgres.connection import KEYS, PgStore, execute_rows
 from engramdb.storage.postgres.visibility import predicate
 
 E = "engram.engram_edges"
@@ -65,8 +65,7 @@ class PgEdges:
             written = 0
             with db.cursor() as cur:
                 # One statement per edge: executemany's rowcount is the sum, so DO NOTHING is counted right.
-                cur.executemany(query, rows)
-                written = max(cur.rowcount, 0)
+                written = execute_rows(cur, query, rows)
             return written
 
         return self._store.run(tenant, go)

@@ -18,7 +18,7 @@ from engramdb.memories.model import (
     Visibility,
 )
 from engramdb.storage.ports import RecallRecord, Touch, Usage
-from engramdb.storage.postgres.connection import KEYS, PgStore
+from engramdb.storage.postgres.connection import KEYS, PgStore, execute_rows
 from engramdb.storage.postgres.visibility import predicate
 
 _READS = "('recalled', 'searched', 'deref')"
@@ -71,7 +71,8 @@ class PgAccessStream(_Port):
 
         def go(db: psycopg.Connection[Any]) -> None:
             with db.cursor() as cur:
-                cur.executemany(
+                execute_rows(
+                    cur,
                     "INSERT INTO engram.engram_access (tenant, ts, n, channel, reader, trace_ref, query, score, rank, "
                     "rel, rec, imp, spread, recall_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     rows,

@@ -18,7 +18,7 @@ import psycopg
 
 from engramdb.memories.model import Visibility
 from engramdb.storage.ports import ScopeVector, VectorRow
-from engramdb.storage.postgres.connection import ALL_TENANTS, KEYS, PgStore, translated
+from engramdb.storage.postgres.connection import ALL_TENANTS, KEYS, PgStore, execute_rows, translated
 from engramdb.storage.postgres.visibility import predicate
 
 M = "engram.engram_memories"
@@ -70,7 +70,7 @@ class PgMemoryVectors:
 
         def go(db: psycopg.Connection[Any]) -> None:
             with db.cursor() as cur:
-                cur.executemany(query, params)
+                execute_rows(cur, query, params)
 
         self._store.run(KEYS, go)
 

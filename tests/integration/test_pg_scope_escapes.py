@@ -1243,8 +1243,8 @@ def test_self_changes_straight_at_the_server_do_not_reach_the_engine(world: Worl
 
 
 def test_a_session_of_a_tampered_role_is_replaced(world: World) -> None:
-    """A setting committed while a pool is open reaches the pool's next new session: that one is
-    closed, the role restored, and a clean one opened in its place."""
+    """A setting committed while a scope has a connection open reaches its next new session: that
+    one is closed, the role restored, and a clean one opened in its place."""
     scope = make_scope(world.url, S, max_connections=2)
     try:
         where = world.where[("default", S)]
@@ -1253,8 +1253,11 @@ def test_a_session_of_a_tampered_role_is_replaced(world: World) -> None:
         scope.begin()  # holds the first connection: the next call needs a new one
         try:
             scope.execute("INSERT INTO shared_notes (content) VALUES ('tx')")
-            with scope._pool.connection() as conn:  # a new session of the pool
+            conn = scope._borrow()  # a new session of the scope's role
+            try:
                 assert conn.execute("SHOW default_transaction_read_only").fetchone() == ("off",)
+            finally:
+                scope._give_back(conn)
         finally:
             scope.rollback()
     finally:

@@ -69,6 +69,8 @@ class PostgresBackend:
         self.vectors = PgMemoryVectors(self._store)
         self._row_vectors: dict[str, PgRowVectors] = {}
         self._rv_lock = threading.Lock()
+        self._scopes_lock = threading.Lock()
+        self._scope_conns: Any = None
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self.location!r})"
@@ -246,8 +248,21 @@ class PostgresBackend:
             max_result_bytes=s.max_result_bytes,
             network=s.network_options(self.url),
             pool_timeout=s.pool_timeout,
+            connections=self._scope_connections(),
         )
         return scope
+
+    def _scope_connections(self) -> Any:
+        """The one `ScopeConnections` of this backend's scopes (made with the first scope)."""
+        with self._scopes_lock:
+            if self._scope_conns is None:
+                from engramdb.storage.postgres.scope_connections import ScopeConnections
+
+                s = self.settings
+                self._scope_conns = ScopeConnections(
+                    s.scope_connections, s.scope_idle_timeout, timeout=max(s.pool_timeout, s.statement_timeout * 4)
+                )
+            return self._scope_conns
 
     def table_names(self) -> list[str]:
         def go(db: psycopg.Connection[Any]) -> list[str]:
@@ -262,4 +277,6 @@ class PostgresBackend:
         return self._store.run(STORE, go)
 
     def close(self) -> None:
+        if self._scope_conns is not None:
+            self._scope_conns.close()
         self._store.close()

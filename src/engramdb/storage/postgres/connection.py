@@ -105,6 +105,11 @@ class PostgresSettings:
     #: connections are shut and the calls fail with `BackendError` instead of waiting for the
     #: network to come back. A slow call on a server that answers is left alone.
     probe_after: float = 5.0
+    #: raw-SQL scope connections open at once over all scopes of this engine (each scope logs in
+    #: as its own role; a connection is opened when a statement needs one and closed when idle)
+    scope_connections: int = 20
+    #: seconds an idle scope connection stays open
+    scope_idle_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         if self.pool_min_size < 0 or self.pool_max_size < max(1, self.pool_min_size):
@@ -113,6 +118,14 @@ class PostgresSettings:
                      "probe_after"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds")
+        if (
+            isinstance(self.scope_connections, bool)
+            or not isinstance(self.scope_connections, int)
+            or self.scope_connections < 1
+        ):
+            raise ValueError("scope_connections must be a whole number of 1 or more")
+        if self.scope_idle_timeout <= 0:
+            raise ValueError("scope_idle_timeout must be a positive number of seconds")
         for name in ("keepalives_idle", "keepalives_interval", "keepalives_count"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

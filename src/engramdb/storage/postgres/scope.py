@@ -37,7 +37,6 @@ try:
     import psycopg
     import psycopg.errors
     from psycopg import pq
-    from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError:  # pragma: no cover - the extra is installed wherever the tests run
     raise MissingExtra("the PostgreSQL backend", "postgres") from None
 
@@ -57,6 +56,7 @@ from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import ExecResult, MemoryScope, Params, Row, RowVectorStore
 from engramdb.storage.postgres.connection import sever
 from engramdb.storage.postgres.roles import ScopeRole, provision, restore
+from engramdb.storage.postgres.scope_connections import ScopeConnections
 from engramdb.storage.postgres.sqltext import dollar_form, lexers_agree, translate
 
 if TYPE_CHECKING:
@@ -101,6 +101,7 @@ class PostgresScope(MemoryScope):
         max_connections: int = 8,
         network: Mapping[str, Any] | None = None,
         pool_timeout: float = 30.0,
+        connections: ScopeConnections | None = None,
     ) -> None:
         self._namespace = namespace
         self._tenant = tenant
@@ -112,23 +113,16 @@ class PostgresScope(MemoryScope):
         self._max_bytes = int(max_result_bytes)
         self._where: ScopeRole = provision(admin_url, tenant, namespace)
         options = f"-c statement_timeout={max(1, int(self._timeout * 1000))} -c idle_in_transaction_session_timeout=0"
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            self._where.conninfo,
-            min_size=1,
-            max_size=max(1, max_connections),
-            num_workers=1,
-            kwargs={"autocommit": True, "options": options, **(network or {})},
-            connection_class=_guarded(admin_url, self._where),
-            name=f"engramdb-{namespace.label}",
-            # a free connection, or a new one (which a silent network never gives), within this
-            timeout=max(pool_timeout, self._timeout * 4),
-            open=False,
+        # No connection of its own kept open: the backend's `ScopeConnections` opens one when a
+        # statement needs it, within one cap for every scope, and closes it when idle.
+        self._connections = connections or ScopeConnections(
+            max(1, max_connections), timeout=max(pool_timeout, self._timeout * 4)
         )
-        try:
-            self._pool.open(wait=True, timeout=30.0)
-        except PoolTimeout:
-            self._pool.close()
-            raise BackendError(f"cannot connect as the role of scope '{namespace.label}'") from None
+        self._owns_connections = connections is None
+        guarded = _guarded(admin_url, self._where)
+        kwargs = {"autocommit": True, "options": options, **(network or {})}
+        conninfo = self._where.conninfo
+        self._connect: Callable[[], Conn] = lambda: guarded.connect(conninfo, **kwargs)
         self._local = threading.local()
         self._shapes: dict[str, bool] = {}
         self._watchdog = _WATCHDOG
@@ -166,8 +160,12 @@ class PostgresScope(MemoryScope):
         return self._embedder()
 
     def close(self) -> None:
-        """Close the pool (a thread's open transaction is rolled back by the server)."""
-        self._pool.close()
+        """Close this scope's idle connections (a thread's open transaction is rolled back by the
+        server when its connection closes)."""
+        if self._owns_connections:
+            self._connections.close()
+        else:
+            self._connections.drop(self._where.role)
 
     # -- statements ------------------------------------------------------------------------------
 
@@ -440,17 +438,12 @@ class PostgresScope(MemoryScope):
 
     def _borrow(self) -> Conn:
         try:
-            return self._pool.getconn()
-        except PoolTimeout:
-            raise BackendError(f"no connection of scope '{self.label}' came free in time") from None
+            return self._connections.borrow(self._where.role, self._connect, label=self.label)
         except psycopg.Error as exc:
             raise BackendError(f"cannot connect as the role of scope '{self.label}': {exc}") from None
 
     def _give_back(self, conn: Conn) -> None:
-        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("ROLLBACK")
-        self._pool.putconn(conn)
+        self._connections.give_back(self._where.role, conn)
 
     def begin(self) -> None:
         """Open a transaction for this thread on this scope (it holds one connection until it ends)."""
@@ -694,9 +687,11 @@ def _guarded(admin_url: str, where: ScopeRole) -> type[Conn]:
             for _ in range(_RESTORES):
                 try:
                     conn = super().connect(conninfo, **kwargs)
+                except psycopg.errors.ConnectionTimeout:
+                    raise  # no answer at all (a silent network): no login to repair
                 except psycopg.OperationalError:
                     # a wrong password reads like any failed login (and its text depends on the
-                    # server's locale): restore, then try once; a second failure is the pool's
+                    # server's locale): restore, then try once; a second failure is the caller's
                     _restore(admin_url, where)
                     conn = super().connect(conninfo, **kwargs)
                 if not _foreign_settings(conn, where.schema):

@@ -18,6 +18,7 @@ Prints a table and writes benchmarks/results/scopes.json (commit, tree, machine,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -97,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
 
     result: dict[str, Any] = {"settings": {"agents": args.agents, "procs": args.procs, "cap": args.cap}}
-    with pg_server.fresh_database("edbscopes") as url:
+    db = contextlib.ExitStack()
+    url = db.enter_context(pg_server.fresh_database("edbscopes"))
+    try:
         log(f"setting up {args.agents} scopes")
         times = setup(url, args.agents)
         first, last = times[:100], times[-100:]
@@ -139,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         done.set()
         sampler.join()
         result["use"] = {"processes": outs, "peak_scope_sessions": peak[0], "allowed": args.procs * args.cap}
+    finally:
+        try:
+            db.close()
+        except psycopg.Error as exc:  # the server's own trouble dropping 2,000 roles' objects: not the result
+            log(f"could not drop the benchmark database: {exc}")
     path = provenance.write_json(provenance.out_path("scopes.json", args.out), result, block)
     s, u = result["setup"], result["use"]
     print("| measure | value | target |")

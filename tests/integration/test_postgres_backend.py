@@ -496,3 +496,35 @@ def test_the_engine_keeps_working_after_scopes_harden_the_database(make_engine: 
     assert me.reflect(steps=["link"]).step("link").errors == 0
     with eng.backend.tenant_lock("default", "alice"):
         pass
+
+
+def test_a_store_made_before_per_tenant_sequences_keeps_every_memory_recallable(url: str) -> None:
+    """Migration 7 starts each tenant's sequence where the store-wide one stood, so a new write
+    is stamped above every old one and a fresh process's caches load old and new alike."""
+    with _open(url) as eng:
+        for tenant in ("acme", "globex"):
+            for i in range(3):
+                eng.agent("alice", tenant=tenant).remember(f"{tenant} note {i} about the launch")
+    with _admin(url) as pg:  # the store as migration 6 left it: one counter, no per-tenant rows
+        pg.execute("DROP TABLE engram.engram_changes")
+        pg.execute("DROP INDEX engram.engram_memories_tenant_changed")
+        pg.execute("CREATE INDEX engram_memories_changed ON engram.engram_memories (changed)")
+        pg.execute("DELETE FROM engram.engram_migrations WHERE version = 7")
+        pg.execute(
+            "UPDATE engram.engram_counters SET value = (SELECT max(changed) FROM engram.engram_memories) "
+            "WHERE name = 'memories'"
+        )
+        old = pg.execute("SELECT value FROM engram.engram_counters").fetchone()
+    assert old is not None
+    with _open(url) as eng:
+        assert eng.backend.changes.current("acme") == eng.backend.changes.current("globex") == old[0]
+        assert eng.backend.changes.current("initech") == 0  # a tenant with nothing yet
+        new = eng.agent("alice", tenant="acme").remember("acme launch moved to May")
+        key = eng.backend.memories.key_of("acme", new.id)
+        rows = eng.backend.memories.index_rows(old[0], "acme")
+        assert [r[0] for r in rows] == [key]
+    with _open(url) as fresh:  # a new process: caches load from the rows
+        got = {h.memory.content for h in fresh.agent("alice", tenant="acme").recall("acme launch", k=10).hits}
+        assert got == {"acme note 0 about the launch", "acme note 1 about the launch", "acme note 2 about the launch",
+                       "acme launch moved to May"}  # fmt: skip
+        assert len(fresh.agent("alice", tenant="globex").recall("globex launch", k=10).hits) == 3

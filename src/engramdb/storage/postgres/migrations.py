@@ -159,17 +159,22 @@ def _m0002_row_level_security(db: psycopg.Connection[Any]) -> None:
     # The second wall behind every visibility predicate: a row is seen only under its own tenant's
     # setting (or '*', engine-internal calls); no setting, no rows. FORCE binds the owner too.
     for table in TENANT_TABLES:
-        name = sql.Identifier("engram", table)
-        db.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(name))
-        db.execute(sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(name))
-        db.execute(
-            sql.SQL(
-                "CREATE POLICY engram_tenant ON {} USING "
-                "(tenant = current_setting('engramdb.tenant', true) OR current_setting('engramdb.tenant', true) = '*') "
-                "WITH CHECK "
-                "(tenant = current_setting('engramdb.tenant', true) OR current_setting('engramdb.tenant', true) = '*')"
-            ).format(name)
-        )
+        _tenant_policy(db, table)
+
+
+def _tenant_policy(db: psycopg.Connection[Any], table: str) -> None:
+    """Row-level security on `table`, forced: a row only under its own tenant's setting, or '*'."""
+    name = sql.Identifier("engram", table)
+    db.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(name))
+    db.execute(sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(name))
+    db.execute(
+        sql.SQL(
+            "CREATE POLICY engram_tenant ON {} USING "
+            "(tenant = current_setting('engramdb.tenant', true) OR current_setting('engramdb.tenant', true) = '*') "
+            "WITH CHECK "
+            "(tenant = current_setting('engramdb.tenant', true) OR current_setting('engramdb.tenant', true) = '*')"
+        ).format(name)
+    )
 
 
 def _m0003_engine_role(db: psycopg.Connection[Any]) -> None:
@@ -221,17 +226,7 @@ def _m0007_tenant_changes(db: psycopg.Connection[Any]) -> None:
         "INSERT INTO engram.engram_changes (tenant, value) SELECT DISTINCT m.tenant, c.value "
         "FROM engram.engram_memories m, engram.engram_counters c WHERE c.name = 'memories'"
     )
-    name = sql.Identifier("engram", "engram_changes")
-    db.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(name))
-    db.execute(sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(name))
-    db.execute(
-        sql.SQL(
-            "CREATE POLICY engram_tenant ON {} USING "
-            "(tenant = current_setting('engramdb.tenant', true) OR current_setting('engramdb.tenant', true) = '*') "
-            "WITH CHECK "
-            "(tenant = current_setting('engramdb.tenant', true) OR current_setting('engramdb.tenant', true) = '*')"
-        ).format(name)
-    )
+    _tenant_policy(db, "engram_changes")
     role = db.execute("SELECT value FROM engram.engram_meta WHERE key = 'engine_role'").fetchone()
     if role is not None:
         db.execute(

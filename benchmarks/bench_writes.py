@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = [run(b, args, Path(tmp)) for b in ("sqlite", "postgres")]
     by = {r["backend"]: r for r in rows}
     ratios = {k: round(by["postgres"][k]["p50_ms"] / by["sqlite"][k]["p50_ms"], 2) for k in ("dedup", "no_dedup")}
-    path = provenance.write_json(provenance.out_path("writes.json", args.out), {"rows": rows, "ratio_pg_over_sqlite": ratios}, block)
+    path = provenance.write_json(
+        provenance.out_path("writes.json", args.out), {"rows": rows, "ratio_pg_over_sqlite": ratios}, block
+    )
     print("| backend | remember p50 ms (dedup) | p99 | remember p50 ms (no dedup) | p99 | statements / call |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:

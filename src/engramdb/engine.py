@@ -26,7 +26,7 @@ from engramdb.memories.runtime import Runtime, default_embedder
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.observability import otel
 from engramdb.retrieval.recall import Recaller
-from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET
+from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET, CacheStats
 from engramdb.scopes.namespace import ENGINE_PREFIX, Namespace, ascii_lower
 from engramdb.storage.ports import Backend, MemoryScope
 from engramdb.storage.sqlite import SqliteBackend, SqliteSettings
@@ -223,6 +223,15 @@ class DynamicMemoryEngine:
     def vectors(self) -> VectorChannel | None:
         """The in-memory vector cache of memories (engine-internal)."""
         return self._runtime.vectors
+
+    def cache_stats(self) -> CacheStats | None:
+        """What this process's per-tenant recall caches hold (PostgreSQL): tenants held, their
+        bytes against `cache_budget`, loads and evictions so far. None when the store keeps one
+        cache for everything (SQLite) or no recall or dedup has run yet."""
+        if not self._runtime.started:
+            return None
+        caches = self._runtime.tenant_caches
+        return None if caches is None else caches.stats()
 
     def drop_vector_file(self) -> None:
         """Delete the vector side file, if any (it is only a cache); see `Runtime.drop_vector_file`."""

@@ -187,13 +187,17 @@ def test_a_write_without_dedup_loads_no_cache_and_one_with_dedup_keeps_the_budge
     make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock
 ) -> None:
     engine = make_engine(memory_embedder=fake_embedder(), cache_budget=1)
+    assert engine.cache_stats() is None  # nothing made yet
     engine.agent("alice", tenant="acme").recall("anything")  # the caches exist in this process
     caches = engine.runtime.tenant_caches
     engine.agent("bob", tenant="globex").remember("globex plans", dedup=False)
     if caches is None:
+        assert engine.cache_stats() is None  # one cache of the whole file
         return
     assert caches.stats().held == ("acme",)  # a write hands rows only to caches already held
     engine.agent("bob", tenant="initech").remember("initech plans")  # dedup reads initech's vectors
     assert caches.stats().held == ("initech",)  # and the budget (1 byte) dropped acme
+    public = engine.cache_stats()
+    assert public is not None and public.held == ("initech",) and public.evictions >= 1 and public.budget == 1
     again = engine.agent("bob", tenant="initech").remember("initech plans")
     assert again.access_count >= 1  # the loaded cache found the duplicate

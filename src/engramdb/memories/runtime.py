@@ -127,7 +127,7 @@ class Runtime:
                 tenant=tenant, slots=slots,
             )  # fmt: skip
         lexical = LexicalChannel(database=database, tenant=tenant, slots=slots)
-        return CachePair(lexical, channel, lexical.slots, tenant)
+        return CachePair(lexical, channel, lexical.slots)
 
     def _make_index(self, dim: int, *, small: bool = False) -> VectorIndex | None:
         if callable(self._vector_index):

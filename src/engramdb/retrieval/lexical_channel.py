@@ -721,14 +721,15 @@ class LexicalChannel:
             n = self._size
             if not self.slots.translated:
                 return {k: (k - 1 if k >= 1 else None, k + 1 if k + 1 < n else None) for k in keys if 0 <= k < n}
-            at = self.slots.find(np.fromiter(keys, dtype=np.int64)).tolist()
-            out: dict[int, tuple[int | None, int | None]] = {}
-            for k, s in zip(keys, at, strict=True):
-                if 0 <= s < n:
-                    prev = int(self.slots.keys(np.asarray([s - 1]))[0]) if s >= 1 else None
-                    nxt = int(self.slots.keys(np.asarray([s + 1]))[0]) if s + 1 < n else None
-                    out[k] = (prev, nxt)
-            return out
+            at = self.slots.find(np.fromiter(keys, dtype=np.int64))
+            held = (at >= 0) & (at < n)
+            ks, at = np.asarray(keys, dtype=np.int64)[held].tolist(), at[held]
+            prev = self.slots.keys(np.maximum(at - 1, 0)).tolist()
+            nxt = self.slots.keys(np.minimum(at + 1, n - 1)).tolist()
+            return {
+                k: (p if s >= 1 else None, x if s + 1 < n else None)
+                for k, s, p, x in zip(ks, at.tolist(), prev, nxt, strict=True)
+            }
 
     def nbytes(self) -> int:
         """About how many bytes this cache holds, its slots aside (what a budget of caches counts)."""
@@ -737,7 +738,9 @@ class LexicalChannel:
             arrays += [getattr(self.cols, name) for name in VisibilityColumns._ARRAYS]
             arrays += [self._ids, self._indptr, self._ring._off, self._ring._has]
             total = sum(int(a.nbytes) for a in arrays) + len(self._ring._blob) + 48 * len(self._ring._over)
-            return total + 100 * len(self._vocab) + sum(len(w) for w in self._vocab) + 120 * self._delta_count
+            # a vocabulary entry: its dict slot and a short str (~150 bytes; not summed word by
+            # word, since `TenantCaches.settle` asks after every recall)
+            return total + 150 * len(self._vocab) + 120 * self._delta_count
 
     def holding(self, keys: Sequence[int], entities: Sequence[str]) -> set[int]:
         """Those of `keys` (already known visible: `fields`' keys) that hold one of the entity

@@ -43,7 +43,6 @@ class CachePair:
     lexical: LexicalChannel
     vectors: VectorChannel | None
     slots: Keys = field(default_factory=Keys)
-    tenant: str | None = None
 
     def nbytes(self) -> int:
         held = self.lexical.nbytes() + self.slots.nbytes()
@@ -75,12 +74,6 @@ class WholeStore:
         return self.pair
 
     def settle(self, tenant: str) -> None:
-        """Nothing to drop: one pair."""
-
-    def pairs(self) -> list[CachePair]:
-        return [self.pair]
-
-    def drop(self, tenant: str) -> None:
         """Nothing to drop: one pair."""
 
 
@@ -128,7 +121,7 @@ class TenantCaches:
         with self._lock:
             pair = self._held.get(tenant)
             if pair is not None:
-                self._sizes[tenant] = pair.nbytes()
+                self._sizes[tenant] = pair.nbytes()  # (a few array sizes: cheap on every recall)
             if self.budget is None:
                 return
             total = sum(self._sizes.get(t, 0) for t in self._held)
@@ -140,16 +133,6 @@ class TenantCaches:
                 total -= self._sizes.pop(other, 0)
                 del self._held[other]
                 self._evictions += 1
-
-    def drop(self, tenant: str) -> None:
-        """Forget `tenant`'s caches (they load again at its next use)."""
-        with self._lock:
-            if self._held.pop(tenant, None) is not None:
-                self._sizes.pop(tenant, None)
-
-    def pairs(self) -> list[CachePair]:
-        with self._lock:
-            return list(self._held.values())
 
     def stats(self) -> CacheStats:
         with self._lock:

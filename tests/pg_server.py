@@ -4,6 +4,12 @@ role must be able to create databases and roles).
 
 Each test that needs a store gets a database of its own (`fresh_database`), dropped afterwards
 with every role the engine made for it. Nothing here mocks the server.
+
+**Citus.** With ``ENGRAMDB_TEST_CITUS_WORKERS`` set too (admin URLs of the workers, comma
+separated; ``ENGRAMDB_TEST_PG_URL`` is then the coordinator's), each database is made on every
+node with the ``citus`` and ``vector`` extensions and the workers added to it, so the engine finds
+a cluster and distributes its tables (docs/postgres.md, "Running on Citus"). CI does not run a
+cluster; this is how the suites were run against one.
 """
 
 from __future__ import annotations
@@ -51,6 +57,11 @@ def with_database(url: str, database: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
 
 
+def citus_workers() -> list[str]:
+    """The admin URLs of the Citus workers under test (none: a single PostgreSQL)."""
+    return [u.strip() for u in os.environ.get("ENGRAMDB_TEST_CITUS_WORKERS", "").split(",") if u.strip()]
+
+
 @contextlib.contextmanager
 def fresh_database(prefix: str = "edbt") -> Iterator[str]:
     """A new empty database with pgvector available, as an admin URL; dropped on exit together
@@ -59,20 +70,41 @@ def fresh_database(prefix: str = "edbt") -> Iterator[str]:
 
     name = f"{prefix}_{os.getpid()}_{next(_counter)}"
     admin = admin_url()
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    workers = citus_workers()
+    for node in (admin, *workers):
+        with psycopg.connect(node, autocommit=True) as conn:
+            # On Citus the coordinator may already have made it on the workers.
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{name}"')
     url = with_database(admin, name)
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        for node in (*workers, admin) if workers else (admin,):
+            with psycopg.connect(with_database(node, name), autocommit=True) as conn:
+                if workers:
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        if workers:
+            with psycopg.connect(url, autocommit=True) as conn:
+                parts = urlsplit(admin)
+                conn.execute("SELECT citus_set_coordinator_host(%s, %s)", (parts.hostname, parts.port or 5432))
+                for worker in workers:
+                    w = urlsplit(worker)
+                    conn.execute("SELECT citus_add_node(%s, %s)", (w.hostname, w.port or 5432))
         yield url
     finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            roles = [r[0] for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE %s", (f"{name}%",))]
-            for role in roles:
-                conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+        for node in (admin, *workers):
+            _drop(node, name)
+
+
+def _drop(admin: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        roles = [r[0] for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE %s", (f"{name}%",))]
+        for role in roles:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')

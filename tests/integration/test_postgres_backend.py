@@ -462,6 +462,42 @@ def test_the_whole_engine_runs_in_pgbouncer_mode(url: str) -> None:
         assert (prepared, tenant) == (0, "")
 
 
+def test_the_citus_mode_sets_the_tenant_with_set_local_and_leaves_nothing_on_a_session(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Citus the tenant is set with SET LOCAL statements inside each transaction (Citus replays
+    those on the workers; tests/integration/test_pg_citus.py runs it on a cluster). On a single
+    server the same statements run (a ``citus.*`` setting is a plain placeholder there): the
+    engine works, each tenant sees its own, and no tenant or role is left on a pooled session."""
+    import psycopg
+
+    from engramdb.storage.postgres import PostgresBackend, PostgresSettings, connection
+
+    monkeypatch.setattr(connection, "has_citus", lambda conn: True)
+    sent: list[str] = []
+    real = psycopg.Connection.execute
+
+    def execute(self: Any, query: Any, *a: Any, **k: Any) -> Any:
+        if not isinstance(query, str):
+            sent.append(query.as_string(self))
+        return real(self, query, *a, **k)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    backend = PostgresBackend(url, PostgresSettings(pool_max_size=1))
+    with DynamicMemoryEngine(backend, clock=FixedClock(), memory_embedder=fake_embedder()) as eng:
+        assert backend.store.citus and backend.store.per_transaction
+        alice, bob = eng.agent("alice", tenant="acme"), eng.agent("bob", tenant="it's globex")
+        alice.remember("the harbor opens at six", shared=True)
+        bob.remember("the harbor closes at noon", shared=True)
+        assert [h.memory.tenant for h in alice.recall("harbor", k=5)] == ["acme"]
+        assert [h.memory.tenant for h in bob.recall("harbor", k=5)] == ["it's globex"]
+        with backend.store.pool().connection() as db:
+            row = db.execute("SELECT current_setting('engramdb.tenant', true), current_user = session_user").fetchone()
+        assert row is not None and (row[0] or "") == "" and row[1]
+    assert any("SET LOCAL engramdb.tenant = 'it''s globex'" in q for q in sent)
+    assert any("SET LOCAL citus.propagate_set_commands = 'local'" in q for q in sent)
+
+
 def test_a_non_superuser_owner_opens_the_engine_and_is_bound_by_the_wall(url: str) -> None:
     """The usual production setup: the URL's role owns the database and may create roles, no
     more. FORCE'd row-level security binds it too, on its own connections."""

@@ -26,6 +26,12 @@ change (a rollback forgets what was set). With ``pgbouncer=True`` (PgBouncer tra
 pooling) nothing is left on a session: no server-side prepared statements, and role and tenant
 are set with ``set_config(…, true)`` inside each transaction, every call outside a unit of work
 running in a transaction of its own.
+
+**Citus.** On a database with the ``citus`` extension the same rule holds on every worker: the
+tenant is set with ``SET LOCAL`` inside each transaction (with ``citus.propagate_set_commands =
+'local'``, so Citus replays it on each worker connection the transaction opens), never as a
+session setting, which a worker never sees, and never with ``set_config``, which Citus does not
+propagate. Row-level security then decides on the worker that holds the shard.
 """
 
 from __future__ import annotations
@@ -45,8 +51,10 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import psycopg.errors
 import psycopg_pool
+from psycopg import sql
 
 from engramdb.errors import BackendError, ConstraintError, EngramError, SqlError, ValidationError
+from engramdb.storage.postgres.migrations import has_citus
 
 #: every engine table lives in this schema (USAGE revoked from PUBLIC)
 SCHEMA = "engram"
@@ -240,6 +248,8 @@ class PgStore:
         self.location = redact(url)
         #: the role the engine's statements run as (set by the migrations, or found at first use)
         self.role: str | None = None
+        #: the database has the ``citus`` extension: settings per transaction, with ``SET LOCAL``
+        self.citus = False
         self.local = _Local()
         self._lock = threading.Lock()
         self._closed = False
@@ -300,21 +310,29 @@ class PgStore:
         with contextlib.suppress(psycopg.ProgrammingError):
             register_vector(conn)
         role = self.role or self.find_role(conn)
-        if not self.settings.pgbouncer and role is not None:
+        if not self.per_transaction and role is not None:
             conn.execute(
                 "SELECT set_config('role', %s, false), set_config('lock_timeout', %s, false)",
                 (role, f"{int(self.settings.lock_timeout * 1000)}ms"),
             )
 
     def find_role(self, conn: psycopg.Connection[Any]) -> str | None:
-        """The engine role recorded by the migrations, if they have run."""
+        """The engine role recorded by the migrations, if they have run (and whether the database
+        runs Citus)."""
         row = conn.execute(
             "SELECT value FROM engram.engram_meta WHERE key = 'engine_role'"
             if self._meta_exists(conn)
             else "SELECT NULL WHERE false"
         ).fetchone()
         self.role = None if row is None else str(row[0])
+        self.citus = has_citus(conn)
         return self.role
+
+    @property
+    def per_transaction(self) -> bool:
+        """Role and tenant are set inside each transaction, never left on a session (PgBouncer
+        transaction pooling; Citus, whose workers see only what a transaction sets)."""
+        return self.settings.pgbouncer or self.citus
 
     @staticmethod
     def _meta_exists(conn: psycopg.Connection[Any]) -> bool:
@@ -322,7 +340,20 @@ class PgStore:
         return bool(row and row[0])
 
     def _set(self, conn: psycopg.Connection[Any], tenant: str, *, local: bool) -> None:
-        if local:
+        if local and self.citus:
+            # Utility statements, not set_config: Citus replays SET LOCAL on the workers only.
+            conn.execute(
+                sql.SQL(
+                    "SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL ROLE {}; "
+                    "SET LOCAL engramdb.tenant = {}; SET LOCAL lock_timeout = {}"
+                ).format(
+                    sql.Identifier(self.role) if self.role else sql.SQL("NONE"),
+                    sql.Literal(tenant),
+                    sql.Literal(f"{int(self.settings.lock_timeout * 1000)}ms"),
+                ),
+                prepare=False,
+            )
+        elif local:
             conn.execute(
                 "SELECT set_config('role', %s, true), set_config('engramdb.tenant', %s, true), "
                 "set_config('lock_timeout', %s, true)",
@@ -351,7 +382,7 @@ class PgStore:
             return
         if held is not None:
             with watch(held):
-                if self.settings.pgbouncer:
+                if self.per_transaction:
                     if st.tenant != tenant:
                         self._set(held, tenant, local=True)
                         st.tenant = tenant
@@ -361,7 +392,7 @@ class PgStore:
                 yield held
             return
         with self.pool().connection() as conn, watch(conn):
-            if self.settings.pgbouncer:
+            if self.per_transaction:
                 with conn.transaction():
                     self._set(conn, tenant, local=True)
                     yield conn
@@ -386,7 +417,7 @@ class PgStore:
                 attempt += 1
                 time.sleep(0.005 * 2**attempt)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-                if self.local.conn is not None and not self.settings.pgbouncer:
+                if self.local.conn is not None and not self.per_transaction:
                     self._session.pop(self.local.conn, None)
                 raise self.liveness.explain(exc, c) from None
 

@@ -287,4 +287,54 @@ def migrate(db: psycopg.Connection[Any], now: Callable[[], float] = time.time) -
             if m.version > current:
                 m.apply(db)
                 db.execute("INSERT INTO engram.engram_migrations VALUES (%s, %s, %s)", (m.version, m.name, now()))
+        if has_citus(db):
+            distribute(db)
     return code_version()
+
+
+#: the tenant table the others are colocated with on Citus
+_COLOCATION = "engram_memories"
+
+
+def distribute(db: psycopg.Connection[Any]) -> list[str]:
+    """On Citus: make the store-wide tables reference tables and distribute every tenant table by
+    tenant, colocated, so that a tenant's rows of every table sit in one shard group (the engine
+    joins them on (tenant, key)); the tables already distributed are left as they are. The engine
+    role gets LOGIN, since Citus opens its connections to the workers as the role a statement runs
+    as. Runs inside `migrate`'s transaction, under its lock. Returns the tables it distributed."""
+    done = {
+        str(r[0])
+        for r in db.execute(
+            "SELECT logicalrelid::regclass::text FROM pg_dist_partition "
+            "WHERE logicalrelid::regclass::text LIKE 'engram.%%'"
+        )
+    }
+    made: list[str] = []
+    for table in STORE_TABLES:
+        name = f"engram.{table}"
+        if name not in done:
+            db.execute("SELECT create_reference_table(%s)", (name,))
+            made.append(name)
+    for table in (_COLOCATION, *(t for t in (*TENANT_TABLES, "engram_changes") if t != _COLOCATION)):
+        name = f"engram.{table}"
+        if name in done:
+            continue
+        if table == _COLOCATION:
+            db.execute("SELECT create_distributed_table(%s, 'tenant')", (name,))
+        else:
+            db.execute(
+                "SELECT create_distributed_table(%s, 'tenant', colocate_with => %s)", (name, f"engram.{_COLOCATION}")
+            )
+        made.append(name)
+    role = db.execute("SELECT value FROM engram.engram_meta WHERE key = 'engine_role'").fetchone()
+    if role is not None:
+        ident = sql.Identifier(str(role[0]))
+        if not db.execute("SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", (str(role[0]),)).fetchone()[0]:  # type: ignore[index]
+            db.execute(sql.SQL("ALTER ROLE {} LOGIN").format(ident))
+    return made
+
+
+def has_citus(db: psycopg.Connection[Any]) -> bool:
+    """True when the database has the ``citus`` extension."""
+    row = db.execute("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").fetchone()
+    return bool(row and row[0])

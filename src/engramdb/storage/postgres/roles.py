@@ -41,6 +41,7 @@ except ImportError:  # pragma: no cover - the extra is installed wherever the te
     raise MissingExtra("the PostgreSQL backend", "postgres") from None
 
 from engramdb.scopes.namespace import Namespace
+from engramdb.storage.postgres.migrations import has_citus
 
 #: the admin-only schema of the scope registry and the password secret
 REGISTRY_SCHEMA = "engram_scopes"
@@ -151,6 +152,31 @@ REVOKED_FUNCTIONS = (
 #: privilege check, so it counts what another scope writes to tables the caller may not read.
 REVOKED_PREFIXES = ("pg_stat_get_",)
 
+#: On Citus, the functions of the ``citus`` extension PUBLIC may no longer execute (names, or
+#: prefixes ending in ``_``): each works for a table's owner, a scope role on its own tables, and
+#: would move the table to the workers (where `PgRowVectors.version`, which reads the coordinator,
+#: would not see it change) or run commands on other nodes as the scope role, where nothing is
+#: hardened. Citus's internal functions stay: its executor calls them as the querying role.
+CITUS_REVOKED = (
+    "create_distributed_table",
+    "create_distributed_table_concurrently",
+    "create_reference_table",
+    "create_distributed_function",
+    "create_time_partitions",
+    "drop_old_time_partitions",
+    "undistribute_table",
+    "alter_distributed_table",
+    "alter_table_set_access_method",
+    "alter_old_partitions_set_access_method",
+    "citus_add_local_table_to_metadata",
+    "truncate_local_data_after_distributing_table",
+    "update_distributed_table_colocation",
+    "citus_schema_distribute",
+    "citus_schema_undistribute",
+    "run_command_on_",
+    "master_run_on_worker",
+)
+
 #: The name of the event trigger that refuses ``DROP OWNED`` to scope roles (see `GUARD`).
 GUARD_TRIGGER = "engram_scope_guard"
 
@@ -177,6 +203,7 @@ HARDENING = (
     "REVOKE USAGE ON LANGUAGE sql, plpgsql FROM PUBLIC  -- no CREATE FUNCTION, no DO",
     "REVOKE SELECT ON ALL TABLES IN SCHEMA pg_catalog FROM PUBLIC  -- catalogs name other schemas' objects",
     "REVOKE EXECUTE ON FUNCTION <each of REVOKED_FUNCTIONS, and every pg_stat_get_* function> FROM PUBLIC",
+    "REVOKE EXECUTE ON FUNCTION <on Citus, each function of CITUS_REVOKED> FROM PUBLIC",
     "CREATE EVENT TRIGGER engram_scope_guard ON ddl_command_start WHEN TAG IN ('DROP OWNED') "
     "EXECUTE FUNCTION engram_scopes.refuse_scope_commands()  -- roles.GUARD: no DROP OWNED for a scope role",
 )
@@ -306,6 +333,10 @@ def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, ten
                 (role,),
             ).fetchall():
                 conn.execute(sql.SQL("REVOKE {} FROM {}").format(sql.Identifier(group), ident_role))
+        if has_citus(conn):
+            # A scope's schema stays on the coordinator even where schema-based sharding is on:
+            # its role and its tables are the coordinator's (see CITUS_REVOKED).
+            conn.execute("SET LOCAL citus.enable_schema_based_sharding = off")
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION CURRENT_USER").format(ident_schema))
         conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(ident_schema))
         conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(ident_schema, ident_role))
@@ -431,6 +462,10 @@ def harden(conn: psycopg.Connection[Any]) -> None:
             (list(REVOKED_FUNCTIONS), [_like(p) for p in REVOKED_PREFIXES]),
         ).fetchall():
             conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(sql.SQL(signature)))
+        if has_citus(conn):
+            for signature in _citus_functions(conn, public=False):
+                # ROUTINE: some are procedures (alter_old_partitions_set_access_method)
+                conn.execute(sql.SQL("REVOKE EXECUTE ON ROUTINE {} FROM PUBLIC").format(sql.SQL(signature)))
         _grant_engine(conn, database, functions=True)
         _registry(conn)
         for statement in GUARD:
@@ -442,6 +477,24 @@ def harden(conn: psycopg.Connection[Any]) -> None:
                     conn.execute(sql.SQL("ALTER EVENT TRIGGER {} ENABLE").format(sql.Identifier(GUARD_TRIGGER)))
             else:
                 conn.execute(statement)
+
+
+def _citus_functions(conn: psycopg.Connection[Any], *, public: bool) -> list[str]:
+    """The signatures of the ``citus`` extension's functions named by `CITUS_REVOKED` (only those
+    PUBLIC may still execute, with `public`)."""
+    names = [n for n in CITUS_REVOKED if not n.endswith("_")]
+    prefixes = [_like(n) for n in CITUS_REVOKED if n.endswith("_")]
+    return [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p "
+            "JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' "
+            "JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'citus' "
+            "WHERE (p.proname = ANY(%s) OR p.proname LIKE ANY(%s)) "
+            "AND (NOT %s OR has_function_privilege('public', p.oid, 'EXECUTE'))",
+            (names, prefixes, public),
+        ).fetchall()
+    ]
 
 
 def _like(prefix: str) -> str:
@@ -490,6 +543,8 @@ def _unhardened(conn: psycopg.Connection[Any]) -> list[str]:
     )
     if open_functions:
         missing.append(f"{open_functions} functions of REVOKED_FUNCTIONS and REVOKED_PREFIXES")
+    if has_citus(conn) and (open_citus := _citus_functions(conn, public=True)):
+        missing.append(f"{len(open_citus)} Citus functions of CITUS_REVOKED")
     if _one(conn, "SELECT evtenabled FROM pg_event_trigger WHERE evtname = %s", (GUARD_TRIGGER,)) in (None, "D"):
         missing.append(f"the event trigger {GUARD_TRIGGER} (roles.GUARD)")
     return missing

@@ -171,6 +171,10 @@ class PgRowVectors:
         with self._store.atomic():
 
             def go(db: psycopg.Connection[Any]) -> None:
+                if self._store.citus:
+                    # The rows go to a worker: a transaction id on the coordinator too, so that
+                    # its snapshot, which `version` reads, moves when this commits.
+                    db.execute("SELECT pg_current_xact_id()")
                 if gone:
                     db.execute(
                         "DELETE FROM engram.engram_row_vectors WHERE tenant = %s AND tbl = %s AND col = %s "
@@ -199,5 +203,8 @@ class PgRowVectors:
     def version(self) -> int:
         # The server's current snapshot changes whenever any transaction commits (its xmin or its
         # list of running ones moves), so it is a cheap "anything committed?" for this database.
+        # On Citus it is the coordinator's: the scope tables are local to it (provisioning keeps
+        # their schemas undistributed, and scopes may not distribute a table), and `apply` takes a
+        # coordinator transaction id for the rows it sends to a worker.
         rows = self._fetch("SELECT pg_current_snapshot()::text", None)
         return int.from_bytes(hashlib.blake2b(str(rows[0][0]).encode(), digest_size=7).digest(), "big")

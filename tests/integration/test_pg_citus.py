@@ -97,6 +97,16 @@ def test_the_tenants_rows_sit_on_both_workers_and_each_tenant_sees_only_its_own(
     assert len(ports) >= 2, f"every tenant's memories landed on one node ({ports})"
 
 
+def _stored(url: str) -> str:
+    """Four tenants' memories written and the engine closed; the engine role's name."""
+    eng = _engine(url)
+    try:
+        _three_tenants(eng)
+    finally:
+        eng.close()
+    return _engine_role(url)
+
+
 def _engine_role(url: str) -> str:
     return str(_rows(url, "SELECT value FROM engram.engram_meta WHERE key = 'engine_role'")[0][0])
 
@@ -114,12 +124,7 @@ def _on_worker_as(url: str, worker: str, role: str) -> str:
 def test_a_session_of_one_tenant_on_a_worker_cannot_read_another_tenants_shard_rows(url: str) -> None:
     import psycopg
 
-    eng = _engine(url)
-    try:
-        _three_tenants(eng)
-    finally:
-        eng.close()
-    role = _engine_role(url)
+    role = _stored(url)
     seen_other = 0
     checked = 0
     for worker in _workers():
@@ -156,12 +161,7 @@ def test_through_the_coordinator_a_session_setting_never_reaches_the_workers(url
     there."""
     import psycopg
 
-    eng = _engine(url)
-    try:
-        _three_tenants(eng)
-    finally:
-        eng.close()
-    role = _engine_role(url)
+    role = _stored(url)
     with psycopg.connect(url, autocommit=True) as c:
         c.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
         c.execute("SET engramdb.tenant = 'globex'")

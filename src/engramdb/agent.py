@@ -446,12 +446,12 @@ class Agent:
         can also see (oldest first; no access is logged). Suitable for backup or migration."""
         return reading.export(self._runtime, self._principal, include_archived=include_archived)
 
-    def export_jsonl(self, out: IO[str] | str | os.PathLike[str]) -> int:
+    def export_jsonl(self, out: IO[str] | str | os.PathLike[str], *, progress: Progress | None = None) -> int:
         """Write everything this agent can see — memories (archived too) with their access
         history summary and earlier versions, edges, tombstones — as JSON Lines to a path or a
         text stream; the number of lines. `import_jsonl` reads it back losslessly (see
-        `engramdb.memories.transfer`)."""
-        return transfer.export_jsonl(self, out)
+        `engramdb.memories.transfer`). `progress` hears stage ``export`` (lines)."""
+        return transfer.export_jsonl(self, out, progress=check_progress(progress))
 
     def import_jsonl(
         self, source: IO[str] | str | os.PathLike[str], *, progress: Progress | None = None
@@ -545,7 +545,8 @@ class Agent:
         link neighbours, rescore importance, abstract episodes (with a `Reasoner`), prune — and
         return a `ReflectionReport`. Each item commits on its own; `should_stop` (a callable or a
         `threading.Event`) interrupts between items; `progress` (``callable(stage, done, total)``)
-        hears ``reflect:<step>`` as each step starts and ends, counting steps. One run per tenant
+        hears ``reflect:<step>`` as each step starts and ends, counting steps, and ``<step>`` (``merge``,
+        ``link`` …) counting the items that step examines (its total when known up front). One run per tenant
         at a time (`TransactionError`). See `engramdb.memories.reflection`."""
         return reflect(
             self, config=config, reconciler=reconciler, reasoner=reasoner, steps=steps, should_stop=should_stop,

@@ -243,6 +243,11 @@ class DynamicMemoryEngine:
         return getattr(self._backend, "path", Path(self._backend.location))
 
     @property
+    def location(self) -> str:
+        """Where the store is, to show: the SQLite file's path, or the PostgreSQL URL without its password."""
+        return str(self._backend.location)
+
+    @property
     def store(self) -> Backend:
         """The storage backend (engine-internal; not a public API). Same as `backend`."""
         return self._backend

@@ -156,3 +156,106 @@ def test_reembed_after_switching_embedders(tmp_path: Path) -> None:
     assert _json(_run(db, "--json", "reembed")) == {"embedded": 0}
     refused = _run(db, "--embedder", "none", "reembed")
     assert refused.exit_code == Exit.REFUSED and "no memory embedder" in refused.stderr
+
+
+def test_the_reference_page_is_the_programs_own_help() -> None:
+    """docs/cli-reference.md is rendered from --help; run ``python -m engramdb.cli.reference --write``
+    after changing a command's options or text."""
+    from engramdb.cli.reference import render
+
+    page = (DOCS.parent / "cli-reference.md").read_text(encoding="utf-8")
+    assert page == render()
+    assert set(re.findall(r"^## (engramdb[a-z -]*)$", page, flags=re.M)) == {"engramdb", *_commands(cli)}
+
+
+def test_show_list_update_link(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    a = _run(db, "remember", "Alice is allergic to peanuts", "--tag", "health").stdout.strip()
+    b = _run(db, "remember", "Alice carries an epipen").stdout.strip()
+    edge = _json(_run(db, "--json", "link", a, b, "--type", "supports", "--weight", "0.5"))
+    assert edge == {"source": a, "target": b, "type": "supports", "weight": 0.5, "created_at": edge["created_at"]}  # type: ignore[index]
+    changed = _json(_run(db, "--json", "update", a, "--content", "Alice is severely allergic to peanuts", "--no-tags"))
+    assert changed["version"] == 2 and changed["tags"] == []  # type: ignore[index]
+    shown = _json(_run(db, "--json", "show", a))
+    assert shown["memory"]["content"] == "Alice is severely allergic to peanuts"  # type: ignore[index]
+    assert [v["content"] for v in shown["history"]] == ["Alice is allergic to peanuts"]  # type: ignore[index]
+    assert [(e["source"], e["target"]) for e in shown["edges"]] == [(a, b)]  # type: ignore[index]
+    before = shown["memory"]["access_count"]  # type: ignore[index]
+    text = _run(db, "show", a).stdout
+    assert "earlier versions:" in text and f"{a} -supports 0.5-> {b}" in text
+    assert _json(_run(db, "--json", "show", a))["memory"]["access_count"] == before  # type: ignore[index]  # a look, not a use
+    page = _json(_run(db, "--json", "list", "--limit", "1"))
+    assert page["total"] == 2 and page["has_more"] and [m["id"] for m in page["memories"]] == [b]  # type: ignore[index]
+    found = _json(_run(db, "--json", "list", "--contains", "EPIPEN"))
+    assert [m["id"] for m in found["memories"]] == [b]  # type: ignore[index]
+    assert "1-1 of 2; next page: --offset 1" in _run(db, "list", "--limit", "1").stdout
+    # another agent cannot see, change or link alice's private memories
+    assert _run(db, "show", a, agent="bob").exit_code == Exit.NOT_FOUND
+    assert _run(db, "update", a, "--title", "x", agent="bob").exit_code == Exit.NOT_FOUND
+    assert _run(db, "link", b, a, agent="bob").exit_code == Exit.NOT_FOUND
+    assert _json(_run(db, "--json", "list", agent="bob"))["total"] == 0  # type: ignore[index]
+    nothing = _run(db, "--json", "update", a)
+    assert nothing.exit_code == Exit.REFUSED and json.loads(nothing.stderr)["error"] == "ValidationError"
+    assert _json(_run(db, "--json", "show", a))["memory"]["version"] == 2  # type: ignore[index]  # changed nothing
+
+
+def test_intend_and_due(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    past = _run(db, "intend", "water the plants", "--when", "2020-01-01T00:00:00Z").stdout.strip()
+    event = _run(db, "intend", "tell Bob the build is green", "--on-event", "build-green").stdout.strip()
+    cue = _run(db, "intend", "mention the offsite", "--cue", "planning").stdout.strip()
+    assert [m["id"] for m in _json(_run(db, "--json", "due"))] == [past]  # type: ignore[union-attr]
+    assert _json(_run(db, "--json", "due")) == []  # one-shot: fired once
+    assert [m["id"] for m in _json(_run(db, "--json", "due", "--event", "build-green"))] == [event]  # type: ignore[union-attr]
+    assert [m["id"] for m in _json(_run(db, "--json", "due", "--text", "Q3 planning call"))] == [cue]  # type: ignore[union-attr]
+    bad = _run(db, "--json", "intend", "x", "--when", "next tuesday")
+    assert bad.exit_code == Exit.REFUSED and json.loads(bad.stderr)["error"] == "ValidationError"
+
+
+def test_usage_errors_are_json_under_json(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    for args in (["--json", "recall", "x", "--bogus"], ["recall", "x", "-k", "0", "--json"], ["--json", "nope"]):
+        out = CliRunner().invoke(cli, ["--db", db, *args])
+        assert out.exit_code == Exit.USAGE, args
+        err = json.loads(out.stderr)
+        assert err["error"] == "UsageError" and err["exit_code"] == Exit.USAGE and err["message"], args
+        assert out.stdout == ""
+    missing = CliRunner().invoke(cli, ["--json", "recall", "x"], env={"ENGRAMDB_URL": ""})
+    assert missing.exit_code == Exit.USAGE and "--db" in json.loads(missing.stderr)["message"]
+    plain = CliRunner().invoke(cli, ["--db", db, "recall", "x", "--bogus"])
+    assert plain.exit_code == Exit.USAGE and "No such option" in plain.stderr and not plain.stderr.startswith("{")
+    # a word after -- is an argument, not the flag
+    assert CliRunner().invoke(cli, ["--db", db, "remember", "--bogus", "--", "--json"]).stderr.startswith("Usage")
+
+
+def test_recall_reports_relevance_and_min_relevance_leaves_out_the_weak(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    _run(db, "remember", "The release train leaves on Thursdays")
+    _run(db, "remember", "Lunch is served at noon")
+    hits = _json(_run(db, "--json", "recall", "when does the release train leave", "-k", "2"))["hits"]  # type: ignore[index]
+    rels = [h["relevance"] for h in hits]
+    assert all(0.0 <= r <= 1.0 for r in rels) and rels[0] > rels[-1]
+    strict = _json(_run(db, "--json", "recall", "when does the release train leave", "--min-relevance", str(rels[0])))
+    assert [h["memory"]["content"] for h in strict["hits"]] == ["The release train leaves on Thursdays"]  # type: ignore[index]
+    assert "rel " in _run(db, "recall", "release train").stdout
+
+
+def test_export_reports_progress_by_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engramdb.cli import support
+
+    db = tmp_path / "m.db"
+    for i in range(3):
+        _run(db, "remember", f"fact number {i}")
+    heard: list[tuple[str, int, int | None]] = []
+
+    class Bars:
+        def __enter__(self) -> object:
+            return lambda stage, done, total: heard.append((stage, done, total))
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr("engramdb.cli.app.progress_bars", Bars)
+    assert support is not None
+    out = _json(_run(db, "--json", "export", str(tmp_path / "out.jsonl")))
+    assert heard[0] == ("export", 0, out["lines"]) and heard[-1] == ("export", out["lines"], out["lines"])  # type: ignore[index]

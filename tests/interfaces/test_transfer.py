@@ -139,12 +139,21 @@ def test_progress_of_remember_many_and_reflect(
     assert seen[-2:] == [("store", 0, 1200), ("store", 1200, 1200)]
     steps: list[tuple[str, int, int | None]] = []
     me.reflect(steps=["merge", "rescore"], progress=lambda s, d, t: steps.append((s, d, t)))
-    assert steps == [
+    assert [s for s in steps if s[0].startswith("reflect:")] == [
         ("reflect:merge", 0, 2),
         ("reflect:merge", 1, 2),
         ("reflect:rescore", 1, 2),
         ("reflect:rescore", 2, 2),
     ]
+    # and each step's items: from 0, every 64, to all it examined (rescore examines every memory)
+    rescore = [(d, t) for s, d, t in steps if s == "rescore"]
+    assert rescore[0] == (0, None) and rescore[-1] == (1200, 1200)
+    assert [d for d, _ in rescore[1:-1]] == list(range(64, 1200, 64))
+    assert next(s for s, _, _ in steps if not s.startswith("reflect:")) == "merge"
+    lines: list[tuple[str, int, int | None]] = []
+    n = me.export_jsonl(io.StringIO(), progress=lambda s, d, t: lines.append((s, d, t)))
+    assert lines[0] == ("export", 0, n) and lines[-1] == ("export", n, n)
+    assert [d for _, d, _ in lines[1:-1]] == list(range(256, n, 256))
 
     def boom(stage: str, done: int, total: int | None) -> None:
         if stage == "store":

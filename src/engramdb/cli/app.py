@@ -7,6 +7,8 @@ exits with a code from `engramdb.cli.support.Exit`. See ``docs/cli.md``.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import sys
 import time
@@ -17,7 +19,7 @@ import click
 
 from engramdb.cli.support import EMBEDDERS, Settings, emit, fail, jsonable, parse_location, progress_bars, settings
 from engramdb.errors import ConfigError, MissingExtra, NotFound, ValidationError
-from engramdb.memories.model import Confidentiality, Memory, MemoryType, TodoStatus
+from engramdb.memories.model import Confidentiality, EdgeType, Memory, MemoryType, TodoStatus
 from engramdb.observability import otel
 from engramdb.scopes.classify import Kind, Statement, classify
 from engramdb.storage.ports import MemoryScope
@@ -43,8 +45,41 @@ json_option = click.option(
 )
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """Whether a command line asks for ``--json`` (before a ``--``), read before click parses it:
+    a usage error is found while parsing, so the parsed option is not there yet."""
+    return "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
+
+
 class _Group(click.Group):
-    """Runs every command with engramdb's errors turned into messages and exit codes."""
+    """Runs every command with engramdb's errors turned into messages and exit codes; with
+    ``--json``, click's own usage errors (unknown option, bad value) are JSON on stderr too."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:  # a caller that handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            if not _wants_json(argv):
+                exc.show()
+            else:
+                kind = "UsageError" if isinstance(exc, click.UsageError) else type(exc).__name__
+                message = {"error": kind, "message": exc.format_message(), "exit_code": exc.exit_code}
+                click.echo(json.dumps(message), err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -56,7 +91,11 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--db", envvar="ENGRAMDB_URL", help="The store: a SQLite file path or sqlite:///path [env ENGRAMDB_URL].")
+@click.option(
+    "--db",
+    envvar="ENGRAMDB_URL",
+    help="The store: a SQLite file path, sqlite:///path, or a postgresql:// URL [env ENGRAMDB_URL].",
+)
 @click.option(
     "--agent",
     "agent_id",
@@ -118,7 +157,7 @@ def cli(
 def init() -> None:
     """Create the store (or bring an existing one up to date) and print where it is."""
     engine = settings().engine()
-    emit({"db": str(engine.path), "tables": engine.list_all_tables()}, f"ready: {engine.path}")
+    emit({"db": engine.location, "tables": engine.list_all_tables()}, f"ready: {engine.location}")
 
 
 @cli.command()
@@ -154,18 +193,32 @@ def remember(
 @click.option("--hops", type=click.IntRange(0, 5), default=1, show_default=True, help="Spreading over edges.")
 @click.option("--evidence", is_flag=True, help="Print the untrusted-evidence block an LLM would get.")
 @click.option("--budget", type=click.IntRange(16), default=800, show_default=True, help="Token budget of --evidence.")
+@click.option(
+    "--min-relevance",
+    type=click.FloatRange(0, 1),
+    help="Leave out memories less relevant than this (0-1, the relevance column): an empty answer "
+    "instead of the least bad ones.",
+)
 @json_option
-def recall(query: str, k: int, hops: int, evidence: bool, budget: int) -> None:
-    """Recall the memories most relevant to QUERY (logged, and reinforcing them)."""
-    hits = settings().agent().recall(query, k=k, hops=hops)
+def recall(query: str, k: int, hops: int, evidence: bool, budget: int, min_relevance: float | None) -> None:
+    """Recall the memories most relevant to QUERY (logged, and reinforcing them).
+
+    Each line: rank, score (the ranking, relative to this recall), relevance (0-1, comparable
+    across queries), the memory."""
+    hits = settings().agent().recall(query, k=k, hops=hops, min_relevance=min_relevance)
     data = {
         "recall_id": hits.recall_id,
-        "hits": [{"rank": h.rank, "score": h.score, "source": h.source, "memory": h.memory} for h in hits],
+        "hits": [
+            {"rank": h.rank, "score": h.score, "relevance": h.relevance, "source": h.source, "memory": h.memory}
+            for h in hits
+        ],
     }
     if evidence:
         emit(data, hits.as_evidence(budget) or "(no memories matched)")
         return
-    lines = [f"{h.rank}. {h.score:.3f}  {_memory_line(h.memory)}" for h in hits] or ["(no memories matched)"]
+    lines = [f"{h.rank}. {h.score:.3f}  rel {h.relevance:.2f}  {_memory_line(h.memory)}" for h in hits] or [
+        "(no memories matched)"
+    ]
     emit(data, "\n".join([*lines, f"recall id: {hits.recall_id}"]))
 
 
@@ -199,6 +252,168 @@ def forget(memory_id: str, reason: str) -> None:
     """Forget a memory for good, leaving a tombstone so the text is not stored again by accident."""
     stone = settings().agent().forget(memory_id, reason=reason)
     emit(stone, f"forgot {stone.memory_id}")
+
+
+def _when(value: float | None) -> str:
+    return "-" if value is None else dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@cli.command()
+@click.argument("memory_id")
+@json_option
+def show(memory_id: str) -> None:
+    """One memory this agent can see: its fields, its edges and earlier versions (not reinforced)."""
+    agent = settings().agent()
+    m = agent.get(memory_id, touch=False)
+    edges = agent.edges(memory_id)
+    versions = agent.history(memory_id)
+
+    def text() -> str:
+        level = Confidentiality(m.confidentiality).name.lower()
+        lines = [
+            f"{m.id}  {m.type.value}" + (f" [{m.status.value}]" if m.status else "") + ("  (archived)" if m.archived else ""),
+            f"owner: {'shared' if m.shared else m.owner}  author: {m.author}  level: {level}  version: {m.version}",
+            f"importance: {m.importance:g} ({m.importance_source})  salience: {m.salience:g}  confidence: {m.confidence:g}",
+            f"created: {_when(m.created_at)}  last access: {_when(m.last_access)}  accesses: {m.access_count}",
+        ]  # fmt: skip
+        if m.title:
+            lines.append(f"title: {m.title}")
+        if m.tags or m.entities:
+            lines.append(f"tags: {', '.join(m.tags) or '-'}  entities: {', '.join(m.entities) or '-'}")
+        lines += ["", m.content]
+        if edges:
+            lines += ["", "edges:"]
+            lines += [f"  {e.source} -{e.type.value} {e.weight:g}-> {e.target}" for e in edges]
+        if versions:
+            lines += ["", "earlier versions:"]
+            lines += [f"  v{v.version} {_when(v.changed_at)} by {v.changed_by}: {v.content}" for v in versions]
+        return "\n".join(lines)
+
+    emit({"memory": m, "edges": edges, "history": versions}, text)
+
+
+@cli.command("list")
+@click.option("--contains", help="Only memories whose title, content or tags hold this text (any case).")
+@click.option("--type", "types", multiple=True, type=click.Choice([t.value for t in MemoryType]), help="Only this type (repeatable).")  # fmt: skip
+@click.option("--tag", help="Only memories with this tag.")
+@click.option("--status", type=click.Choice(["active", "archived", "all"]), default="active", show_default=True)
+@click.option("--offset", type=click.IntRange(0), default=0, show_default=True, help="Skip this many (for paging).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most this many.")
+@json_option
+def list_cmd(
+    contains: str | None, types: tuple[str, ...], tag: str | None, status: str, offset: int, limit: int
+) -> None:
+    """List the memories this agent can see, newest first, a page at a time (nothing reinforced)."""
+    page = (
+        settings()
+        .agent()
+        .browse(contains=contains, types=types or None, tag=tag, status=status, offset=offset, limit=limit)
+    )
+    data = {"total": page.total, "offset": page.offset, "limit": page.limit, "has_more": page.has_more,
+            "memories": page.memories}  # fmt: skip
+
+    def text() -> str:
+        lines = [_memory_line(m) for m in page.memories] or ["(no memories matched)"]
+        shown = f"{page.offset + 1}-{page.offset + len(page.memories)}" if page.memories else "0"
+        more = f"; next page: --offset {page.offset + len(page.memories)}" if page.has_more else ""
+        return "\n".join([*lines, f"{shown} of {page.total}{more}"])
+
+    emit(data, text)
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--content", help="The new text (the old one stays in the memory's history).")
+@click.option("--title", help="The new title.")
+@click.option("--importance", type=click.FloatRange(0, 10), help="How much it matters, 0-10.")
+@click.option("--confidence", type=click.FloatRange(0, 1), help="How sure it is true, 0-1.")
+@click.option("--status", type=click.Choice([t.value for t in TodoStatus]), help="A todo's status.")
+@click.option("--tag", "tags", multiple=True, help="Replace the tags with these (repeatable).")
+@click.option("--no-tags", is_flag=True, help="Remove every tag.")
+@click.option("--level", type=click.Choice(_LEVELS), help="The confidentiality level (never below the agent's floor).")
+@json_option
+def update(
+    memory_id: str,
+    content: str | None,
+    title: str | None,
+    importance: float | None,
+    confidence: float | None,
+    status: str | None,
+    tags: tuple[str, ...],
+    no_tags: bool,
+    level: str | None,
+) -> None:
+    """Change a memory this agent may write (its own or a shared one); prints the memory's id and version."""
+    if tags and no_tags:
+        raise ValidationError("give --tag or --no-tags, not both")
+    new_tags = () if no_tags else (tags or None)
+    if all(v is None for v in (content, title, importance, confidence, status, new_tags, level)):
+        raise ValidationError("nothing to change: give at least one of --content, --title, --importance, "
+                              "--confidence, --status, --tag, --no-tags, --level")  # fmt: skip
+    m = settings().agent().update(
+        memory_id, content=content, title=title, importance=importance, confidence=confidence, status=status,
+        tags=new_tags, confidentiality=None if level is None else Confidentiality[level.upper()],
+    )  # fmt: skip
+    emit(m, f"updated {m.id} (version {m.version})")
+
+
+@cli.command()
+@click.argument("source")
+@click.argument("target")
+@click.option("--type", "edge_type", type=click.Choice([t.value for t in EdgeType]), default="related", show_default=True)  # fmt: skip
+@click.option("--weight", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
+@json_option
+def link(source: str, target: str, edge_type: str, weight: float) -> None:
+    """Add a typed edge from memory SOURCE to memory TARGET (recall spreads along it)."""
+    e = settings().agent().link(source, target, edge_type, weight)
+    emit(e, f"{e.source} -{e.type.value}-> {e.target}")
+
+
+@cli.command()
+@click.argument("content")
+@click.option("--when", "when_", help="Fire at this time: ISO 8601 (2026-12-24T09:00Z) or seconds since 1970.")
+@click.option("--every", type=click.FloatRange(0, min_open=True), help="With --when: fire again every this many seconds.")  # fmt: skip
+@click.option("--on-event", help="Fire when this event is announced (engramdb due --event NAME).")
+@click.option("--cue", help="Fire when a text holding this phrase is checked (engramdb due --text ...).")
+@click.option("--repeat", is_flag=True, help="An event or cue intent keeps firing (default: once).")
+@click.option("--importance", type=click.FloatRange(0, 10))
+@click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
+@json_option
+def intend(
+    content: str,
+    when_: str | None,
+    every: float | None,
+    on_event: str | None,
+    cue: str | None,
+    repeat: bool,
+    importance: float | None,
+    tags: tuple[str, ...],
+) -> None:
+    """Store an intent (something to do later) with one trigger: --when, --on-event or --cue."""
+    when: float | str | None = when_
+    if when_ is not None:
+        try:
+            when = float(when_)
+        except ValueError:
+            when = when_  # an ISO time: the engine parses and checks it
+    m = (
+        settings()
+        .agent()
+        .intend(
+            content, when=when, every=every, on_event=on_event, cue=cue, repeat=repeat, importance=importance, tags=tags
+        )
+    )
+    emit(m, m.id)
+
+
+@cli.command()
+@click.option("--event", help="Announce this event: fire the intents waiting for it.")
+@click.option("--text", help="Check this text for the cue phrases of intents.")
+@json_option
+def due(event: str | None, text: str | None) -> None:
+    """Fire and list this agent's intents that are due now (time), or match --event or --text."""
+    fired = settings().agent().due(event=event, text=text)
+    emit(fired, "\n".join(_memory_line(m) for m in fired) or "(nothing due)")
 
 
 @cli.command()
@@ -347,9 +562,11 @@ def export_cmd(path: str) -> None:
     """Export everything this agent can see as JSON Lines to PATH (default: stdout)."""
     agent = settings().agent()
     if path == "-":
-        agent.export_jsonl(sys.stdout)  # the JSON Lines are the output, with or without --json
+        with progress_bars() as bar:  # the JSON Lines are the output, with or without --json
+            agent.export_jsonl(sys.stdout, progress=bar)
         return
-    n = agent.export_jsonl(Path(path))
+    with progress_bars() as bar:
+        n = agent.export_jsonl(Path(path), progress=bar)
     emit({"path": path, "lines": n}, f"{n} lines written to {path}")
 
 

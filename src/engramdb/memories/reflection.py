@@ -126,6 +126,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: a step reports its progress every this many items examined
+_TICK = 64
+
 
 @dataclass(slots=True)
 class _Tally:
@@ -137,6 +140,14 @@ class _Tally:
     interrupted: bool = False
     skipped: str | None = None
     note: str | None = None
+    progress: Progress | None = None
+    total: int | None = None
+
+    def tick(self) -> None:
+        """One more item examined; heard by `progress` (stage: the step) every `_TICK` items."""
+        self.examined += 1
+        if self.progress is not None and self.examined % _TICK == 0:
+            self.progress(self.step, self.examined, self.total)
 
     def freeze(self, duration: float) -> StepReport:
         return StepReport(
@@ -211,6 +222,7 @@ class Reflector:
         self.reconciler = reconciler
         self.reasoner = reasoner
         self._decay_off = False
+        self._progress: Progress | None = None
         self._steps: dict[str, Callable[[_Run, Callable[[], bool]], _Tally]] = {
             "merge": self._merge,
             "reconcile": self._reconcile,
@@ -232,7 +244,7 @@ class Reflector:
         """Run `steps` (default: all) in the stated order; `TransactionError` if a run holds the tenant.
 
         `progress` hears stage ``reflect:<step>`` with (steps done, steps to run) as each step
-        starts and ends."""
+        starts and ends, and stage ``<step>`` with (items examined, the step's items when known)."""
         wanted = _check_steps(steps)
         # Archiving by decay is a policy choice: a full run leaves it out unless the policy
         # turns it on; asking for the step by name is asking for it.
@@ -267,7 +279,10 @@ class Reflector:
                     continue
                 t = time.perf_counter()
                 report(progress, f"reflect:{name}", todo.index(name), len(todo))
+                self._progress = progress
+                report(progress, name, 0, None)
                 tally = self._steps[name](run, stop)
+                report(progress, name, tally.examined, tally.examined)
                 reports.append(tally.freeze(time.perf_counter() - t))
                 report(progress, f"reflect:{name}", todo.index(name) + 1, len(todo))
                 if tally.interrupted:
@@ -326,7 +341,7 @@ class Reflector:
     # -- 1. merge ------------------------------------------------------------------------------
 
     def _merge(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
-        tally = _Tally("merge")
+        tally = _Tally("merge", progress=self._progress)
         vecs = self._vectors(run)
         if vecs is None:
             return self._merge_same_text(run, stop, tally)
@@ -355,7 +370,7 @@ class Reflector:
         if stop():
             tally.interrupted = True
             return True, None
-        tally.examined += 1
+        tally.tick()
         dup = self._merge_pair(run, older, newer)
         if dup is not None:
             tally.changed += 1
@@ -459,7 +474,7 @@ class Reflector:
     # -- 2. reconcile --------------------------------------------------------------------------
 
     def _reconcile(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
-        tally = _Tally("reconcile")
+        tally = _Tally("reconcile", progress=self._progress)
         reconciler = self.reconciler
         if reconciler is None:
             tally.skipped = "no reconciler given (the steps that need a model are opt-in)"
@@ -503,7 +518,7 @@ class Reflector:
             if stop():
                 tally.interrupted = True
                 return tally
-            tally.examined += 1
+            tally.tick()
             got = self._fetch(run, cluster)
             members = sorted(got.values(), key=lambda m: (m.created_at, m.id))
             if len(members) < 2:
@@ -558,12 +573,13 @@ class Reflector:
     # -- 3. link -------------------------------------------------------------------------------
 
     def _link(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
-        tally = _Tally("link")
+        tally = _Tally("link", progress=self._progress)
         vecs = self._vectors(run)
         if vecs is None:
             tally.skipped = "no memory embedder: linking neighbours needs vectors"
             return tally
         tally.note = vecs.note
+        tally.total = len(vecs.ns)
         cfg = self.config
         linked = self.rt.store.edges.pairs(self.who.tenant)
         new_edges: dict[int, int] = {}
@@ -581,7 +597,7 @@ class Reflector:
                     tally.interrupted = True
                     break
                 n = vecs.ns[r]
-                tally.examined += 1
+                tally.tick()
                 picks: list[tuple[int, float]] = []
                 for row, sim in near(r):
                     if new_edges.get(n, 0) >= cfg.max_new_edges:
@@ -623,7 +639,7 @@ class Reflector:
     # -- 4. rescore ----------------------------------------------------------------------------
 
     def _rescore(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
-        tally = _Tally("rescore")
+        tally = _Tally("rescore", progress=self._progress)
         scoring = self.rt.scoring
         store = self.rt.store
         scope = self._scope(run)
@@ -636,7 +652,7 @@ class Reflector:
                     if stop():
                         tally.interrupted = True
                         break
-                    tally.examined += 1
+                    tally.tick()
                     after = n
                     b = base_level(
                         _times(ring), run.now, scoring.decay, old_count=old_count, old_newest=old_newest,
@@ -655,7 +671,7 @@ class Reflector:
     # -- 5. abstract ---------------------------------------------------------------------------
 
     def _abstract(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
-        tally = _Tally("abstract")
+        tally = _Tally("abstract", progress=self._progress)
         reasoner = self.reasoner
         if reasoner is None:
             tally.skipped = "no reasoner given (the steps that need a model are opt-in)"
@@ -676,7 +692,7 @@ class Reflector:
             if stop():  # never start a model call once asked to stop
                 tally.interrupted = True
                 break
-            tally.examined += 1
+            tally.tick()
             got = self._fetch(run, chunk)
             ns = [n for n in chunk if n in got]
             episodes = [got[n] for n in ns]
@@ -743,7 +759,7 @@ class Reflector:
     # -- 6. prune ------------------------------------------------------------------------------
 
     def _prune(self, run: _Run, stop: Callable[[], bool]) -> _Tally:
-        tally = _Tally("prune")
+        tally = _Tally("prune", progress=self._progress)
         if self._decay_off:
             tally.skipped = (
                 "archiving by decay is off (ForgettingPolicy(archive_by_decay=True) turns it on for full runs; "

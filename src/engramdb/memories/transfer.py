@@ -120,8 +120,9 @@ def export_records(agent: Acting) -> Iterator[dict[str, Any]]:
         yield {"kind": "tombstone", **dataclasses.asdict(s)}
 
 
-def export_jsonl(agent: Acting, out: IO[str] | str | os.PathLike[str]) -> int:
-    """Write `export_records(agent)` as JSON Lines to a text stream or a file path; lines written."""
+def export_jsonl(agent: Acting, out: IO[str] | str | os.PathLike[str], *, progress: Progress | None = None) -> int:
+    """Write `export_records(agent)` as JSON Lines to a text stream or a file path; lines written.
+    `progress` hears stage ``export`` with (lines written, lines in the export)."""
     if isinstance(out, (str, os.PathLike)):
         mm.check_path("out", out)
         try:
@@ -131,14 +132,25 @@ def export_jsonl(agent: Acting, out: IO[str] | str | os.PathLike[str]) -> int:
                 f"cannot write the export to {str(out)!r} ({exc.strerror}); pass a writable file path or a text stream"
             ) from None
         with fp:
-            return export_jsonl(agent, fp)
+            return export_jsonl(agent, fp, progress=progress)
     if not callable(getattr(out, "write", None)):
         raise ValidationError(f"out must be a file path or a text stream with write(), got {type(out).__name__}")
     n = 0
+    total: int | None = None
     for record in export_records(agent):
+        if total is None:  # the header counts what follows it
+            total = 1 + sum(record["counts"].values())
+            report(progress, "export", 0, total)
         out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
         n += 1
+        if n % _EXPORT_EVERY == 0 and n < total:
+            report(progress, "export", n, total)
+    report(progress, "export", n, n)
     return n
+
+
+#: how many lines an export writes between two progress reports
+_EXPORT_EVERY = 256
 
 
 # -- import ------------------------------------------------------------------------------------

@@ -37,6 +37,9 @@ class InspectorServer:
             raise BackendError(
                 f"cannot listen on {HOST}:{port} ({exc.strerror}); pick another --port, or 0 for any free one"
             ) from None
+        # Listening now, not when the server starts: the address is printed before `run`, and a
+        # browser (or script) quick to open it would be refused; connections wait in the backlog.
+        self._sock.listen(128)
         self.port: int = self._sock.getsockname()[1]
         config = uvicorn.Config(self.inspector.app, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)

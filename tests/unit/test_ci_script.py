@@ -2,7 +2,7 @@
 
 Under `set -e`, a failing command that is not the last of an `a && b && c` chain stops the chain
 but not the script; the script once exited 0 after `1 failed`. These tests run the real script
-with stand-ins for python3, pip, pytest and apt-get on PATH (the script calls only those), so
+with stand-ins for python3, pip, pytest, apt-get and npm on PATH (the script calls only those), so
 what is checked is the script's own control flow.
 """
 
@@ -48,7 +48,12 @@ def _run_ci(tmp_path: Path, fail_run: str) -> tuple[int, list[str]]:
     shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in {"python3": _PYTHON3, "apt-get": "#!/usr/bin/env bash\nexit 0\n"}.items():
+    stand_ins = {
+        "python3": _PYTHON3,
+        "apt-get": "#!/usr/bin/env bash\nexit 0\n",
+        "npm": "#!/usr/bin/env bash\nexit 0\n",
+    }
+    for name, body in stand_ins.items():
         tool = bin_dir / name
         tool.write_text(body)
         tool.chmod(tool.stat().st_mode | stat.S_IXUSR)

@@ -224,3 +224,50 @@ def test_a_scope_on_citus_keeps_its_tables_on_the_coordinator_and_cannot_reach_o
         url, "SELECT 1 FROM pg_dist_partition WHERE logicalrelid::regclass::text LIKE %s", (f"{schema}.%",)
     )
     assert not _rows(url, "SELECT 1 FROM pg_dist_schema WHERE schemaid::regnamespace::text = %s", (schema,))
+
+
+def test_a_scope_role_is_the_coordinators_alone_and_reassign_owned_does_not_crash_the_server(url: str) -> None:
+    """Citus 13.2 crashes the coordinator's backend (and so restarts every session) when a
+    distributed role runs ``REASSIGN OWNED BY CURRENT_USER TO CURRENT_USER``, which PostgreSQL
+    allows any role. Scope roles are made with DDL propagation off, so they are not distributed
+    objects, and Citus skips that code for them."""
+    import psycopg
+
+    eng = _engine(url)
+    try:
+        agent = eng.agent("ann", tenant="acme")
+        agent.remember("the acme launch code is acme-7731", shared=True)
+        scope = agent.private
+        scope.execute("CREATE TABLE private_ann_notes (id integer PRIMARY KEY, body text)")
+        where = scope._where  # type: ignore[attr-defined]
+        assert not _rows(
+            url, "SELECT 1 FROM pg_dist_object WHERE classid = 'pg_authid'::regclass AND objid = %s::regrole",
+            (where.role,),
+        )  # fmt: skip
+        for port in {urlsplit(w).port for w in _workers()}:  # nor made on any worker
+            worker = urlsplit(url)._replace(netloc=f"{urlsplit(url).netloc.rsplit(':', 1)[0]}:{port}").geturl()
+            assert not _rows(worker, "SELECT 1 FROM pg_roles WHERE rolname = %s", (where.role,))
+        with psycopg.connect(where.conninfo, autocommit=True) as c:
+            c.execute("REASSIGN OWNED BY CURRENT_USER TO CURRENT_USER")
+            assert c.execute("SELECT 1").fetchone() == (1,)  # the session, and so the server, lives on
+        assert [h.memory.content for h in agent.recall("launch code")] == ["the acme launch code is acme-7731"]
+        scope.execute("INSERT INTO private_ann_notes VALUES (1, 'still here')")
+    finally:
+        eng.close()
+
+
+def test_a_scope_does_not_see_citus_views_in_its_information_schema(url: str) -> None:
+    eng = _engine(url)
+    try:
+        scope = eng.agent("ann", tenant="acme").private
+        scope.execute("CREATE TABLE private_ann_notes (id integer PRIMARY KEY, body text)")
+        listed = scope.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
+        )
+        assert [tuple(r) for r in listed] == [("private_ann_notes",)]
+        from engramdb.errors import EngramError
+
+        with pytest.raises(EngramError):
+            scope.query("SELECT * FROM public.citus_tables")
+    finally:
+        eng.close()

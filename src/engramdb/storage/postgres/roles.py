@@ -204,6 +204,7 @@ HARDENING = (
     "REVOKE SELECT ON ALL TABLES IN SCHEMA pg_catalog FROM PUBLIC  -- catalogs name other schemas' objects",
     "REVOKE EXECUTE ON FUNCTION <each of REVOKED_FUNCTIONS, and every pg_stat_get_* function> FROM PUBLIC",
     "REVOKE EXECUTE ON FUNCTION <on Citus, each function of CITUS_REVOKED> FROM PUBLIC",
+    "REVOKE ALL ON TABLE <on Citus, each view and table of its extensions outside pg_catalog> FROM PUBLIC",
     "CREATE EVENT TRIGGER engram_scope_guard ON ddl_command_start WHEN TAG IN ('DROP OWNED') "
     "EXECUTE FUNCTION engram_scopes.refuse_scope_commands()  -- roles.GUARD: no DROP OWNED for a scope role",
 )
@@ -306,6 +307,15 @@ def _one(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()
 def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, tenant: str, label: str) -> ScopeRole:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        citus = has_citus(conn)
+        if citus:
+            # A scope is the coordinator's alone: its role, schema and grants are made here and
+            # not sent to the workers, so the role is no distributed object. That also keeps the
+            # role out of Citus 13.2's REASSIGN OWNED post-processing, which crashes the
+            # coordinator's backend on ``REASSIGN OWNED BY CURRENT_USER TO CURRENT_USER`` (an
+            # allowed no-op for any role, and no event trigger can refuse it) but is skipped for
+            # roles that are not distributed.
+            conn.execute("SET LOCAL citus.enable_ddl_propagation = off")
         secret = _secret(conn)
         role, schema = _role_name(database, secret, tenant, label), _schema_name(secret, tenant, label)
         ident_role, ident_schema = sql.Identifier(role), sql.Identifier(schema)
@@ -361,7 +371,14 @@ def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, ten
                 "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 (tenant, label, schema, role),
             )
-    conninfo = make_conninfo(admin_url, user=role, password=password, application_name="engramdb-scope")
+    options: dict[str, str] = {}
+    if citus:
+        # and so are its sessions: with DDL propagation on, Citus would send a VACUUM, or check a
+        # new view in pg_rewrite (which hardening closed to PUBLIC), for the workers, where the
+        # role does not exist. A startup option, so no per-role setting to guard.
+        given = conninfo_to_dict(admin_url).get("options")
+        options["options"] = " ".join(filter(None, [given, "-c citus.enable_ddl_propagation=off"]))
+    conninfo = make_conninfo(admin_url, user=role, password=password, application_name="engramdb-scope", **options)
     return ScopeRole(tenant, label, schema, role, conninfo)
 
 
@@ -466,6 +483,8 @@ def harden(conn: psycopg.Connection[Any]) -> None:
             for signature in _citus_functions(conn, public=False):
                 # ROUTINE: some are procedures (alter_old_partitions_set_access_method)
                 conn.execute(sql.SQL("REVOKE EXECUTE ON ROUTINE {} FROM PUBLIC").format(sql.SQL(signature)))
+            for relation in _citus_relations(conn):
+                conn.execute(sql.SQL("REVOKE ALL ON TABLE {} FROM PUBLIC").format(sql.SQL(relation)))
         _grant_engine(conn, database, functions=True)
         _registry(conn)
         for statement in GUARD:
@@ -477,6 +496,20 @@ def harden(conn: psycopg.Connection[Any]) -> None:
                     conn.execute(sql.SQL("ALTER EVENT TRIGGER {} ENABLE").format(sql.Identifier(GUARD_TRIGGER)))
             else:
                 conn.execute(statement)
+
+
+def _citus_relations(conn: psycopg.Connection[Any]) -> list[str]:
+    """The views and tables of Citus's extensions outside ``pg_catalog`` that PUBLIC may still read
+    (``citus_tables``, ``citus_shards`` … in ``public``): a scope would see them listed in its
+    ``information_schema``, and read the names and sizes of the engine's tables in them."""
+    rows = conn.execute(
+        "SELECT c.oid::regclass::text FROM pg_class c "
+        "JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e' "
+        "JOIN pg_extension e ON e.oid = d.refobjid AND e.extname IN ('citus', 'citus_columnar') "
+        "WHERE c.relnamespace <> 'pg_catalog'::regnamespace AND c.relkind IN ('r', 'v', 'm', 'p', 'f') "
+        "AND has_table_privilege('public', c.oid, 'SELECT') ORDER BY 1"
+    ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def _citus_functions(conn: psycopg.Connection[Any], *, public: bool) -> list[str]:
@@ -545,6 +578,8 @@ def _unhardened(conn: psycopg.Connection[Any]) -> list[str]:
         missing.append(f"{open_functions} functions of REVOKED_FUNCTIONS and REVOKED_PREFIXES")
     if has_citus(conn) and (open_citus := _citus_functions(conn, public=True)):
         missing.append(f"{len(open_citus)} Citus functions of CITUS_REVOKED")
+    if has_citus(conn) and (open_views := _citus_relations(conn)):
+        missing.append(f"{len(open_views)} Citus views ({', '.join(open_views[:3])} …)")
     if _one(conn, "SELECT evtenabled FROM pg_event_trigger WHERE evtname = %s", (GUARD_TRIGGER,)) in (None, "D"):
         missing.append(f"the event trigger {GUARD_TRIGGER} (roles.GUARD)")
     return missing

@@ -6,9 +6,13 @@
 - `memory_schema`, `list_memory_tables`, `remember`, `recall` — plain functions taking a `ctx`
   (a scope, an agent handle, or a framework context carrying one), for frameworks that inject it.
 
+- `SqlDialect`, `dialect_of` — the SQL dialect of a scope's database, as the SQL tools name it
+  in their descriptions and answers (docs/sql-dialects.md).
+
 No tool raises to the model: refusals and failures come back as text.
 """
 
+from engramdb.tools.dialects import SqlDialect, dialect_of
 from engramdb.tools.functions import list_memory_tables, memory_schema, recall, remember, tool_specs, type_name
 from engramdb.tools.specs import (
     ALL_TOOL_SPECS,
@@ -49,9 +53,11 @@ __all__ = [
     "TODO_LIST_TOOL",
     "UPDATE_TOOL",
     "MemoryToolbox",
+    "SqlDialect",
     "ToolLimits",
     "ToolSpec",
     "check_arguments",
+    "dialect_of",
     "list_memory_tables",
     "memory_schema",
     "recall",

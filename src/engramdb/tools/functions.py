@@ -21,17 +21,28 @@ Example (OpenAI-style tools)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from engramdb.errors import CallerError, EngramError
+from engramdb.errors import CallerError, EngramError, SqlError, ValidationError
 from engramdb.scopes.classify import classify
 from engramdb.storage.ports import MemoryScope
+from engramdb.tools.dialects import SqlDialect, dialect_of, told
 from engramdb.tools.specs import LIST_MEMORY_TABLES_TOOL, MEMORY_SCHEMA_TOOL, RECALL_TOOL, REMEMBER_TOOL, ToolSpec
 
 
-def tool_specs() -> list[ToolSpec]:
-    """The specs of every tool in this module."""
-    return [MEMORY_SCHEMA_TOOL, LIST_MEMORY_TABLES_TOOL, REMEMBER_TOOL, RECALL_TOOL]
+def tool_specs(ctx: Any = None) -> list[ToolSpec]:
+    """The specs of every tool in this module; given the `ctx` the tools will be called with,
+    memory_schema's description names its store's SQL dialect (asked of the database)."""
+    specs = [MEMORY_SCHEMA_TOOL, LIST_MEMORY_TABLES_TOOL, REMEMBER_TOOL, RECALL_TOOL]
+    if ctx is None:
+        return specs
+    try:
+        scope = _scopes(ctx)[0]
+    except TypeError as exc:
+        raise ValidationError(str(exc)) from None
+    spoken = dialect_of(scope)
+    return [told(s, spoken) for s in specs]
 
 
 def _scopes(ctx: Any) -> list[MemoryScope]:
@@ -58,7 +69,15 @@ def _describe(exc: EngramError) -> str:
 
 
 def memory_schema(sql: str, ctx: Any) -> str:
-    """Run one safelisted schema statement in the caller's scope; return a message for the model."""
+    """Run one safelisted schema statement in the caller's scope; return a message for the model,
+    naming the SQL dialect of the scope's database (``SQLite 3``, ``PostgreSQL 16``)."""
+    return schema_change(sql, ctx, dialect_of)
+
+
+def schema_change(sql: str, ctx: Any, dialect: Callable[[MemoryScope], SqlDialect | None]) -> str:
+    """`memory_schema` with the dialect given by `dialect(scope)` (a tool box passes the one it
+    asked for once). Never raises."""
+    scope: MemoryScope | None = None
     try:
         scopes = _scopes(ctx)
         stmt = classify(sql)
@@ -74,11 +93,25 @@ def memory_schema(sql: str, ctx: Any) -> str:
         tables = scope.list_tables()
         created = sorted(set(tables) - before)
         what = f"created {', '.join(created)}" if created else f"{stmt.kind.value} applied"
-        return f"OK: {what} in scope '{scope.label}'. Tables in this scope: {', '.join(tables) or '(none)'}."
+        spoken = _asked(dialect, scope)
+        said = f" SQL dialect: {spoken.name}." if spoken is not None else ""
+        return f"OK: {what} in scope '{scope.label}'. Tables in this scope: {', '.join(tables) or '(none)'}.{said}"
     except EngramError as exc:
-        return _describe(exc)
+        text = _describe(exc)
+        if isinstance(exc, SqlError) and scope is not None and (spoken := _asked(dialect, scope)) is not None:
+            text += f" {spoken.hint()}"  # the database read it as its own dialect
+        return text
     except Exception as exc:  # the model must get a message, never a traceback
         return f"ERROR ({type(exc).__name__}): the tool failed: {exc}. Nothing was changed."
+
+
+def _asked(dialect: Callable[[MemoryScope], SqlDialect | None], scope: MemoryScope) -> SqlDialect | None:
+    """`dialect(scope)`, or None if asking fails: naming the dialect is a courtesy, and the
+    statement's outcome (done, or refused) is what the answer must get right."""
+    try:
+        return dialect(scope)
+    except Exception:
+        return None
 
 
 def list_memory_tables(ctx: Any) -> str:

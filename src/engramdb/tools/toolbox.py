@@ -13,6 +13,7 @@ nothing changed.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -22,9 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engramdb.aio import in_thread
-from engramdb.errors import CallerError, EngramError, ValidationError
+from engramdb.errors import CallerError, EngramError, SqlError, ValidationError
 from engramdb.memories.model import Memory, MemoryType
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
+from engramdb.tools.dialects import SqlDialect, dialect_of, told
 from engramdb.tools.specs import ALL_TOOL_SPECS, ToolSpec
 from engramdb.tools.sql import run_sql_result
 
@@ -139,6 +141,9 @@ class ToolResult:
     error: bool
 
 
+#: the tools that take SQL (their descriptions and failures name the store's dialect)
+_SQL_TOOLS = frozenset({"memory_schema", "memory_sql"})
+
 #: what a handler returns: the text, and the structured result
 _Reply = tuple[str, dict[str, Any]]
 
@@ -197,6 +202,7 @@ class MemoryToolbox:
         if unknown:
             raise ValidationError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(names)}")
         self._specs = {s.name: _limited(s, self._limits) for s in ALL_TOOL_SPECS if s.name in wanted}
+        self._dialect: SqlDialect | None = None
         self._handlers: dict[str, Callable[[dict[str, Any]], _Reply]] = {
             "remember": self._remember, "recall": self._recall, "forget": self._forget, "update": self._update,
             "link": self._link, "todo_add": self._todo_add, "todo_list": self._todo_list,
@@ -215,17 +221,27 @@ class MemoryToolbox:
         """The limits every call is checked against."""
         return self._limits
 
+    @property
+    def dialect(self) -> SqlDialect | None:
+        """The SQL dialect of the agent's store, as the SQL tools' descriptions and answers name
+        it (asked of the database at first use; None while it cannot answer, then asked again)."""
+        if self._dialect is None:
+            self._dialect = dialect_of(self._agent.shared)
+        return self._dialect
+
     def specs(self) -> list[ToolSpec]:
-        """The specs of the offered tools, with this box's limits in their schemas."""
-        return list(self._specs.values())
+        """The specs of the offered tools, in a fixed order, with this box's limits in their
+        schemas and the store's SQL dialect in the descriptions of the tools that take SQL."""
+        dialect = self.dialect if any(s.name in _SQL_TOOLS for s in self._specs.values()) else None
+        return [told(s, dialect) for s in self._specs.values()]
 
     def openai(self) -> list[dict[str, Any]]:
         """The offered tools as OpenAI / LiteLLM ``tools=[…]`` entries."""
-        return [s.as_openai() for s in self._specs.values()]
+        return [s.as_openai() for s in self.specs()]
 
     def anthropic(self) -> list[dict[str, Any]]:
         """The offered tools as Anthropic Messages API ``tools=[…]`` entries."""
-        return [s.as_anthropic() for s in self._specs.values()]
+        return [s.as_anthropic() for s in self.specs()]
 
     def call(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> str:
         """Run tool `name` with `arguments` (a mapping, or the JSON text a model produced) and
@@ -255,7 +271,12 @@ class MemoryToolbox:
             return ToolResult(self._cap(text), {} if refused else data, refused)
         except EngramError as exc:
             advice = "Fix the call and try again." if isinstance(exc, CallerError) else "Try again later."
-            return ToolResult(f"REFUSED ({type(exc).__name__}): {exc}. Nothing was changed. {advice}", {}, True)
+            text = f"REFUSED ({type(exc).__name__}): {exc}. Nothing was changed. {advice}"
+            if isinstance(exc, SqlError) and name in _SQL_TOOLS:
+                with contextlib.suppress(Exception):  # the hint is a courtesy; the refusal stands
+                    if self.dialect is not None:
+                        text += f" {self.dialect.hint()}"  # the database read it as its own dialect
+            return ToolResult(self._cap(text), {}, True)
         except Exception as exc:  # the model must get a message, never a traceback
             return ToolResult(f"ERROR ({type(exc).__name__}): the tool failed: {exc}. Nothing was changed.", {}, True)
 
@@ -380,9 +401,9 @@ class MemoryToolbox:
         return "\n".join(lines), data
 
     def _memory_schema(self, a: dict[str, Any]) -> _Reply:
-        from engramdb.tools.functions import memory_schema
+        from engramdb.tools.functions import schema_change
 
-        text = memory_schema(a["sql"], self._agent)
+        text = schema_change(a["sql"], self._agent, lambda _scope: self.dialect)
         return text, {"message": text}
 
     def _list_tables(self, a: dict[str, Any]) -> _Reply:

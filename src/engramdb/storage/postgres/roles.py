@@ -377,7 +377,7 @@ def _provision(conn: psycopg.Connection[Any], admin_url: str, database: str, ten
         # new view in pg_rewrite (which hardening closed to PUBLIC), for the workers, where the
         # role does not exist. A startup option, so no per-role setting to guard.
         given = conninfo_to_dict(admin_url).get("options")
-        options["options"] = " ".join(filter(None, [given, "-c citus.enable_ddl_propagation=off"]))
+        options["options"] = " ".join([*([str(given)] if given else []), "-c citus.enable_ddl_propagation=off"])
     conninfo = make_conninfo(admin_url, user=role, password=password, application_name="engramdb-scope", **options)
     return ScopeRole(tenant, label, schema, role, conninfo)
 

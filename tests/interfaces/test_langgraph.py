@@ -135,3 +135,131 @@ def test_a_value_that_is_not_a_json_object_is_refused_and_changes_nothing(store:
     item = store.get(("users", "u1"), "kept")
     assert item is not None and item.value == {"text": "the original value"}
     assert store.get(("users", "u1"), "other") is None and store.get(("users", "u1"), "bad") is None
+
+
+# -- scores ------------------------------------------------------------------------------------
+
+
+def test_search_scores_are_relevances_from_0_to_1_and_rank_the_items(store: EngramStore) -> None:
+    store.put(("docs",), "fsync", {"text": "fsync in the write-ahead log dominates p99 latency"})
+    store.put(("docs",), "cache", {"text": "the cache miss rate doubles past batch size 512"})
+    store.put(("docs",), "lunch", {"text": "lunch is served at noon in the cafeteria"})
+    store.put(("other",), "fsync2", {"text": "batching writes cuts the fsync cost of the log"})
+    hits = store.search((), query="why is p99 latency dominated by fsync", limit=10)
+    scores = [h.score for h in hits]
+    assert all(s is not None and 0.0 <= s <= 1.0 for s in scores)
+    assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]  # the order is the score's
+    assert hits[0].key == "fsync" and hits[0].score > hits[-1].score  # type: ignore[operator]
+    # an exact restatement is as relevant as it gets, whatever else the namespace holds
+    exact = store.search(("docs",), query="lunch is served at noon in the cafeteria", limit=1)
+    assert exact[0].key == "lunch" and exact[0].score == pytest.approx(1.0, abs=0.05)
+
+
+def test_the_top_item_agrees_with_langgraphs_in_memory_store_on_the_same_embedder(store: EngramStore) -> None:
+    embedder = fake_embedder()
+    theirs = InMemoryStore(index={"dims": embedder.dim, "embed": lambda texts: embedder.embed(list(texts)).tolist()})
+    texts = {
+        "fsync": "fsync in the write-ahead log dominates p99 latency",
+        "cache": "the cache miss rate doubles past batch size 512",
+        "lunch": "lunch is served at noon in the cafeteria",
+    }
+    for s in (store, theirs):
+        for key, text in texts.items():
+            s.put(("docs",), key, {"text": text})
+    for query in texts.values():
+        ours, other = store.search(("docs",), query=query, limit=1), theirs.search(("docs",), query=query, limit=1)
+        assert ours[0].key == other[0].key
+
+
+# -- TTL ---------------------------------------------------------------------------------------
+
+
+def _ttl_store(make_engine: Callable[..., DynamicMemoryEngine], clock: Any, **config: Any) -> EngramStore:
+    return EngramStore(
+        make_engine(memory_embedder=fake_embedder(), clock=clock), tenant="acme", ttl_config=config or None
+    )  # type: ignore[arg-type]
+
+
+def test_an_item_expires_ttl_minutes_after_its_last_write_or_refreshing_read(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: Any
+) -> None:
+    store = _ttl_store(make_engine, clock)
+    assert store.supports_ttl
+    store.put(("u",), "k", {"text": "short-lived note about the launch"}, ttl=1)
+    store.put(("u",), "kept", {"text": "kept note about the launch"})
+    clock.advance(50)
+    assert store.get(("u",), "k") is not None  # read: refreshed to 60 s from now
+    clock.advance(50)
+    assert store.get(("u",), "k", refresh_ttl=False) is not None  # 100 s after the put: alive thanks to the read
+    clock.advance(11)  # 61 s after the refreshing read
+    assert store.get(("u",), "k") is None
+    assert [i.key for i in store.search(("u",))] == ["kept"]
+    assert [m.content for m in store.agent(("u",)).memories()] == ["kept note about the launch"]  # forgotten with it
+    store.put(("u",), "k", {"text": "short-lived note about the launch"}, ttl=1)  # may be stored again
+    assert store.get(("u",), "k") is not None
+
+
+def test_an_expired_item_takes_no_place_in_a_searchs_top_k_nor_in_the_namespaces(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: Any
+) -> None:
+    store = _ttl_store(make_engine, clock)
+    store.put(("a",), "exact", {"text": "the launch code is 7731"}, ttl=2)
+    store.put(("b",), "only", {"text": "temporary"}, ttl=2)
+    store.put(("a",), "near", {"text": "the launch is on Thursday"})
+    assert store.search(("a",), query="the launch code is 7731", limit=1)[0].key == "exact"
+    clock.advance(121)
+    assert [h.key for h in store.search(("a",), query="the launch code is 7731", limit=1)] == ["near"]
+    assert store.list_namespaces() == [("a",)]
+
+
+def test_default_ttl_refresh_off_and_the_sweep(make_engine: Callable[..., DynamicMemoryEngine], clock: Any) -> None:
+    store = _ttl_store(make_engine, clock, default_ttl=10, refresh_on_read=False)
+    store.put(("u",), "a", {"text": "one"})
+    store.put(("u",), "b", {"text": "two"}, ttl=None)  # an explicit None: no expiry
+    clock.advance(9 * 60)
+    assert store.get(("u",), "a") is not None  # read, not refreshed (refresh_on_read is off)
+    clock.advance(61)
+    assert store.sweep_ttl() == 1 and store.sweep_ttl() == 0
+    assert [i.key for i in store.search(("u",))] == ["b"]
+
+
+def test_the_sweeper_thread_deletes_expired_items(make_engine: Callable[..., DynamicMemoryEngine], clock: Any) -> None:
+    import time
+
+    store = _ttl_store(make_engine, clock, sweep_interval_minutes=0.001)
+    store.put(("u",), "a", {"text": "one"}, ttl=1)
+    clock.advance(61)
+    thread = store.start_ttl_sweeper()
+    assert store.start_ttl_sweeper() is thread  # one sweeper at a time
+    deadline = time.monotonic() + 10
+    rows = [1]
+    while rows and time.monotonic() < deadline:
+        rows = store._scope.query("SELECT 1 FROM shared_langgraph_store")  # the table itself, not a (sweeping) read
+        time.sleep(0.02)
+    assert rows == [] and store.stop_ttl_sweeper(timeout=5) and not thread.is_alive()
+
+
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), "5", True])
+def test_a_bad_ttl_is_refused_and_changes_nothing(store: EngramStore, ttl: Any) -> None:
+    with pytest.raises(ValidationError, match="ttl"):
+        store.put(("u",), "k", {"text": "x"}, ttl=ttl)
+    assert store.get(("u",), "k") is None
+
+
+def test_a_bad_ttl_config_is_refused(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    for config in ({"default_tll": 5}, {"default_ttl": -1}, {"omit_expired": False}, ["x"]):
+        with pytest.raises(ValidationError):
+            EngramStore(make_engine(), ttl_config=config)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="sweep_interval_minutes"):
+        EngramStore(make_engine()).start_ttl_sweeper()
+
+
+def test_a_table_made_before_ttls_gets_its_columns(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    engine = make_engine(memory_embedder=fake_embedder())
+    engine.get_shared_scope("acme").execute(
+        "CREATE TABLE shared_langgraph_store (ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, "
+        "memory_id TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (ns, key))"
+    )
+    store = EngramStore(engine, tenant="acme")
+    store.put(("u",), "k", {"text": "x"}, ttl=5)
+    assert store.get(("u",), "k") is not None

@@ -25,8 +25,17 @@ How namespaces map onto engramdb:
 - **The text that is searched** is, by default, every string in the value (``index=False`` on a
   put: none, so the item is found by filter only; ``index=["a.b", …]``: the strings at those
   dotted paths).
-
-Not supported: TTLs (``supports_ttl`` is False).
+- **Scores** of a search by query are each memory's relevance (`engramdb.Hit.relevance`): 0–1 on
+  an absolute scale, like the cosine similarity of LangGraph's own stores (higher is closer), the
+  same on SQLite and PostgreSQL for the same embedder; items are ranked by it, ties by the recall
+  score and then by insertion order.
+- **TTLs** (``supports_ttl``): ``put(..., ttl=minutes)``, or ``ttl_config={"default_ttl": …}``; an
+  item expires ``ttl`` minutes after its last write, or its last read when the read refreshes
+  (``refresh_on_read``, default True, or the op's ``refresh_ttl``). Expired items are never
+  returned, searched or listed — every operation first deletes the expired items (forgetting
+  their memories, as a delete does), so a search's top-k is taken over live items only — and
+  `sweep_ttl` deletes them on demand (``sweep_interval_minutes``: a background sweeper,
+  `start_ttl_sweeper` / `stop_ttl_sweeper`). Times come from the engine's clock.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +63,7 @@ try:
         Result,
         SearchItem,
         SearchOp,
+        TTLConfig,
     )
 except ImportError:  # pragma: no cover - the extra is optional
     raise MissingExtra("the LangGraph store", "langgraph") from None
@@ -173,9 +184,11 @@ class EngramStore(BaseStore):
         cap: the most confidential level the store's agents read.
         table: the shared table holding the items (``shared_…``).
         index: the default dotted paths whose strings are searched (None: every string).
+        ttl_config: LangGraph's `TTLConfig` (``default_ttl`` and ``sweep_interval_minutes`` in
+            minutes, ``refresh_on_read``); expired items are always omitted.
     """
 
-    supports_ttl = False
+    supports_ttl = True
 
     def __init__(
         self,
@@ -185,9 +198,12 @@ class EngramStore(BaseStore):
         cap: Confidentiality = Confidentiality.RESTRICTED,
         table: str = "shared_langgraph_store",
         index: Sequence[str] | None = None,
+        ttl_config: TTLConfig | None = None,
     ) -> None:
         if not table.startswith("shared_") or not table.replace("_", "").isalnum():
             raise ValidationError(f"table must be a shared_<name> table of letters, digits and _, got {table!r}")
+        self.ttl_config = _check_ttl_config(ttl_config)
+        self._sweeper: tuple[threading.Thread, threading.Event] | None = None
         self._engine = engine
         self._tenant = tenant
         self._cap = cap
@@ -199,8 +215,13 @@ class EngramStore(BaseStore):
             # `seq` keeps insertion order in plain SQL (no rowid), so the table reads the same on any backend.
             f"CREATE TABLE IF NOT EXISTS {table} (ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, "
             "memory_id TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, seq INTEGER NOT NULL, "
-            "PRIMARY KEY (ns, key))"
+            "ttl REAL, expires_at REAL, PRIMARY KEY (ns, key))"
         )
+        have = set(self._scope.columns(table))
+        for column in ("ttl", "expires_at"):  # a table made before TTLs
+            if column not in have:
+                self._scope.execute(f"ALTER TABLE {table} ADD COLUMN {column} REAL")
+        self._scope.execute(f"CREATE INDEX IF NOT EXISTS {table}_expiry ON {table} (expires_at)")
 
     @property
     def tenant(self) -> str:
@@ -224,10 +245,14 @@ class EngramStore(BaseStore):
         for op in ops:
             if isinstance(op, PutOp) and op.value is not None:
                 _value_json(op.value)
+        for op in ops:
+            if isinstance(op, PutOp) and op.ttl is not None:
+                _check_ttl(op.ttl)
+        self.sweep_ttl()  # nothing expired is read, ranked or listed
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):
-                results.append(self._get(tuple(op.namespace), op.key))
+                results.append(self._get(tuple(op.namespace), op.key, refresh=op.refresh_ttl))
             elif isinstance(op, PutOp):
                 self._put(op)
                 results.append(None)
@@ -261,9 +286,69 @@ class EngramStore(BaseStore):
         )
         return rows[0] if rows else None
 
-    def _get(self, ns: tuple[str, ...], key: str) -> Item | None:
+    def _get(self, ns: tuple[str, ...], key: str, *, refresh: bool = False) -> Item | None:
         row = self._row(ns, key)
-        return None if row is None else self._item(row)
+        if row is None:
+            return None
+        if refresh:
+            self._refresh([row])
+        return self._item(row)
+
+    def _refresh(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Start the TTL of `rows` again from now (those that have one)."""
+        now = self._engine.clock()
+        for ns, key, *_ in rows:
+            self._scope.execute(
+                f"UPDATE {self._table} SET expires_at = ? + ttl * 60 WHERE ns = ? AND key = ? AND ttl IS NOT NULL",  # noqa: S608 - a checked table name
+                (now, ns, key),
+            )
+
+    # -- TTL ----------------------------------------------------------------------------------
+
+    def sweep_ttl(self) -> int:
+        """Delete every expired item now, forgetting its memory as a delete does; how many."""
+        now = self._engine.clock()
+        expired = self._scope.query(
+            f"SELECT ns, key, memory_id FROM {self._table} WHERE expires_at <= ?",  # noqa: S608 - a checked table name
+            (now,),
+        )
+        for ns, key, mid in expired:
+            self._forget(self.agent(tuple(json.loads(ns))), mid)
+            self._scope.execute(
+                f"DELETE FROM {self._table} WHERE ns = ? AND key = ? AND expires_at <= ?",  # noqa: S608 - a checked table name
+                (ns, key, now),
+            )
+        return len(expired)
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
+        """Sweep every `sweep_interval_minutes` (default: the TTL config's) in a daemon thread,
+        until `stop_ttl_sweeper`; the thread already running if there is one."""
+        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        if not minutes or minutes <= 0:
+            raise ValidationError("give sweep_interval_minutes > 0 (or set it in ttl_config)")
+        if self._sweeper is not None and self._sweeper[0].is_alive():
+            return self._sweeper[0]
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(minutes * 60):
+                self.sweep_ttl()
+
+        thread = threading.Thread(target=run, name="engramdb-langgraph-ttl", daemon=True)
+        self._sweeper = (thread, stop)
+        thread.start()
+        return thread
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; whether it has ended (True when none was running)."""
+        if self._sweeper is None:
+            return True
+        thread, stop = self._sweeper
+        stop.set()
+        thread.join(timeout)
+        if not thread.is_alive():
+            self._sweeper = None
+        return not thread.is_alive()
 
     def _put(self, op: PutOp) -> None:
         ns, key = tuple(op.namespace), op.key
@@ -281,12 +366,14 @@ class EngramStore(BaseStore):
         text = "" if op.index is False else _text(value, index)
         mid = self._index_text(agent, key, text, old_mid)
         now = self._engine.clock()
+        ttl = op.ttl
+        expires = None if ttl is None else now + ttl * 60
         self._scope.execute(
-            f"INSERT INTO {self._table} (ns, key, value, memory_id, created_at, updated_at, seq) "  # noqa: S608 - a checked table name
-            f"VALUES (?, ?, ?, ?, ?, ?, (SELECT coalesce(max(seq), 0) + 1 FROM {self._table})) "
+            f"INSERT INTO {self._table} (ns, key, value, memory_id, created_at, updated_at, seq, ttl, expires_at) "  # noqa: S608 - a checked table name
+            f"VALUES (?, ?, ?, ?, ?, ?, (SELECT coalesce(max(seq), 0) + 1 FROM {self._table}), ?, ?) "
             "ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, memory_id = excluded.memory_id, "
-            "updated_at = excluded.updated_at",
-            (_ns_text(ns), key, encoded, mid, now, now),
+            "updated_at = excluded.updated_at, ttl = excluded.ttl, expires_at = excluded.expires_at",
+            (_ns_text(ns), key, encoded, mid, now, now, ttl, expires),
         )
 
     def _forget(self, agent: Agent, memory_id: str | None) -> None:
@@ -327,22 +414,30 @@ class EngramStore(BaseStore):
         prefix = tuple(op.namespace_prefix)
         rows = [r for r in self._rows(prefix) if not op.filter or self._passes(r, op.filter)]
         if not op.query:
-            return [self._item(r, search=True) for r in rows[op.offset : op.offset + op.limit]]  # type: ignore[misc]
+            page = rows[op.offset : op.offset + op.limit]
+            if op.refresh_ttl:
+                self._refresh(page)
+            return [self._item(r, search=True) for r in page]  # type: ignore[misc]
         by_mid = {r[3]: r for r in rows if r[3]}
         want = MAX_CANDIDATES if op.filter else min(MAX_CANDIDATES, op.offset + op.limit)
-        scored: list[tuple[float, int, Sequence[Any]]] = []
+        scored: list[tuple[float, float, int, Sequence[Any]]] = []
         order = {id(r): i for i, r in enumerate(rows)}
         for ns in dict.fromkeys(r[0] for r in rows if r[3]):
             hits = self.agent(tuple(json.loads(ns))).search(op.query, k=max(1, want))
             for h in hits:
                 row = by_mid.get(h.memory.id)
                 if row is not None:
-                    scored.append((h.score, order[id(row)], row))
-        scored.sort(key=lambda t: (-t[0], t[1]))
-        seen = {id(r) for _, _, r in scored}
-        ranked = [self._item(r, s, search=True) for s, _, r in scored]
-        ranked += [self._item(r, search=True) for r in rows if id(r) not in seen and not r[3]]
-        return ranked[op.offset : op.offset + op.limit]  # type: ignore[return-value]
+                    # the relevance is absolute (0-1, comparable across namespaces and backends);
+                    # the recall score, relative to one namespace's recall, only breaks its ties
+                    scored.append((round(h.relevance, 6), h.score, order[id(row)], row))
+        scored.sort(key=lambda t: (-t[0], -t[1], t[2]))
+        seen = {id(r) for *_, r in scored}
+        ranked: list[tuple[Sequence[Any], float | None]] = [(r, rel) for rel, _, _, r in scored]
+        ranked += [(r, None) for r in rows if id(r) not in seen and not r[3]]
+        page_scored = ranked[op.offset : op.offset + op.limit]
+        if op.refresh_ttl:
+            self._refresh([r for r, _ in page_scored])
+        return [self._item(r, rel, search=True) for r, rel in page_scored]  # type: ignore[misc]
 
     @staticmethod
     def _passes(row: Sequence[Any], filt: Mapping[str, Any]) -> bool:
@@ -355,6 +450,28 @@ class EngramStore(BaseStore):
             found = [ns for ns in found if all(_condition(c, ns) for c in op.match_conditions)]
         listed = sorted({ns[: op.max_depth] for ns in found}) if op.max_depth is not None else sorted(found)
         return listed[op.offset : op.offset + op.limit]
+
+
+def _check_ttl(ttl: object) -> float:
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0 or ttl == float("inf"):
+        raise ValidationError(f"ttl must be a number of minutes > 0 (or None: no expiry), got {ttl!r}")
+    return float(ttl)
+
+
+def _check_ttl_config(config: object) -> TTLConfig | None:
+    if config is None:
+        return None
+    if not isinstance(config, Mapping):
+        raise ValidationError(f"ttl_config must be a TTLConfig dict, got {type(config).__name__}")
+    known = {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
+    if unknown := sorted(set(config) - known):
+        raise ValidationError(f"unknown ttl_config key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for key in ("default_ttl", "sweep_interval_minutes"):
+        if config.get(key) is not None:
+            _check_ttl(config[key])
+    if config.get("omit_expired") is False:
+        raise ValidationError("omit_expired=False is not offered: an expired item is never returned by this store")
+    return TTLConfig(**config)  # type: ignore[typeddict-item]
 
 
 __all__ = ["MAX_CANDIDATES", "EngramStore", "namespace_agent"]

@@ -94,7 +94,8 @@ def test_sql_and_tables(tmp_path: Path) -> None:
     assert json.loads(stolen.stderr)["error"] == "ScopeViolation"
     assert _run(db, "sql", "DROP TABLE shared_facts").exit_code == Exit.REFUSED
     tables = _json(_run(db, "--json", "tables", agent="bob"))
-    assert tables == {"shared": {"shared_facts": ["id", "topic"]}, "private:bob": {}}
+    assert tables == {"shared": {"shared_facts": ["id", "topic"]}, "private:bob": {}, "dialect": "SQLite 3"}
+    assert _run(db, "tables").stdout.startswith("SQL dialect: SQLite 3")
 
 
 def test_export_import_round_trip(tmp_path: Path) -> None:

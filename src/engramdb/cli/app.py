@@ -476,7 +476,8 @@ def sql(statement: str, params: tuple[str, ...], max_rows: int) -> None:
     """Run one SQL STATEMENT on this agent's tables, with ? PARAMS (strings).
 
     It runs in the scope whose names it uses (shared_… or private_<agent>_…); the scope's
-    database authorizer refuses anything else.
+    database authorizer refuses anything else. Write the store's SQL dialect (SQLite or
+    PostgreSQL; `engramdb tables` names it; docs/sql-dialects.md).
     """
     agent = settings().agent()
     stmt = classify(statement)
@@ -512,18 +513,21 @@ def _sql(scope: MemoryScope, stmt: Statement, statement: str, params: tuple[str,
 @cli.command()
 @json_option
 def tables() -> None:
-    """The tables this agent can use, by scope, with their columns."""
+    """The tables this agent can use, by scope, with their columns, and the store's SQL dialect."""
+    from engramdb.tools.dialects import dialect_of
+
     agent = settings().agent()
-    data = {s.label: {t: s.columns(t) for t in s.list_tables()} for s in (agent.shared, agent.private)}
+    spoken = dialect_of(agent.shared)
+    data: dict[str, Any] = {s.label: {t: s.columns(t) for t in s.list_tables()} for s in (agent.shared, agent.private)}
 
     def text() -> str:
-        lines = []
+        lines = [f"SQL dialect: {spoken.name} (docs/sql-dialects.md)"] if spoken else []
         for label, found in data.items():
             lines.append(f"{label}:")
             lines += [f"  {t}({', '.join(cols)})" for t, cols in found.items()] or ["  (no tables)"]
         return "\n".join(lines)
 
-    emit(data, text)
+    emit({**data, "dialect": spoken.name if spoken else None}, text)
 
 
 @cli.command()

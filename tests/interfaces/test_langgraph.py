@@ -171,6 +171,45 @@ def test_the_top_item_agrees_with_langgraphs_in_memory_store_on_the_same_embedde
         assert ours[0].key == other[0].key
 
 
+DOCS = {
+    "fsync": "fsync in the write-ahead log dominates p99 latency",
+    "cache": "the cache miss rate doubles past batch size 512",
+    "lunch": "lunch is served at noon in the cafeteria",
+    "wal": "the write-ahead log is flushed with fsync on every commit",
+    "p99": "p99 latency rose after the upgrade",
+    "dup": "fsync in the write-ahead log dominates p99 latency",  # the same text: a tie, broken by order
+}
+
+
+def test_the_ranking_is_the_scores_and_reading_an_item_does_not_move_it(store: EngramStore) -> None:
+    for i, (key, text) in enumerate(DOCS.items()):
+        store.put(("docs", str(i % 2)), key, {"text": text, "n": i})
+    query = "why is p99 latency dominated by fsync"
+    before = [(h.namespace, h.key, h.score) for h in store.search(("docs",), query=query, limit=10)]
+    assert [k for _, k, _ in before[:2]] == ["fsync", "dup"]  # equal relevance: insertion order
+    for _ in range(5):  # reads raise the engramdb activation of "lunch" (the recall's own score), not its relevance
+        store.search(("docs",), query="lunch is served at noon in the cafeteria", limit=1)
+    after = [(h.namespace, h.key, h.score) for h in store.search(("docs",), query=query, limit=10)]
+    assert after == before
+    # pages are slices of one ranking, and a top-1 is its first item
+    pages = [store.search(("docs",), query=query, limit=2, offset=o) for o in range(0, 6, 2)]
+    assert [(h.namespace, h.key, h.score) for page in pages for h in page] == before
+    # a filter is applied before the page is cut: `limit` items come back however few pass
+    low = store.search(("docs",), query=query, filter={"n": {"$gte": 2}}, limit=2)
+    assert [h.key for h in low] == [k for _, k, _ in before if list(DOCS).index(k) >= 2][:2] and len(low) == 2
+
+
+def test_times_keep_their_seconds_on_every_backend(make_engine: Callable[..., DynamicMemoryEngine], clock: Any) -> None:
+    """PostgreSQL's REAL is 4 bytes: epoch seconds stored in it come back rounded to minutes."""
+    store = EngramStore(make_engine(memory_embedder=fake_embedder(), clock=clock), tenant="acme")
+    store.put(("u",), "k", {"text": "first"})
+    clock.advance(1.5)
+    store.put(("u",), "k", {"text": "second"})
+    item = store.get(("u",), "k")
+    assert item is not None
+    assert item.created_at.timestamp() == clock.now - 1.5 and item.updated_at.timestamp() == clock.now
+
+
 # -- TTL ---------------------------------------------------------------------------------------
 
 
@@ -207,8 +246,12 @@ def test_an_expired_item_takes_no_place_in_a_searchs_top_k_nor_in_the_namespaces
     store.put(("b",), "only", {"text": "temporary"}, ttl=2)
     store.put(("a",), "near", {"text": "the launch is on Thursday"})
     assert store.search(("a",), query="the launch code is 7731", limit=1)[0].key == "exact"
+    store.put(("a",), "code2", {"text": "the launch code was 7730"}, ttl=2)
+    store.put(("a",), "far", {"text": "lunch at noon"})
+    assert [h.key for h in store.search(("a",), query="the launch code is 7731", limit=2)] == ["exact", "code2"]
     clock.advance(121)
-    assert [h.key for h in store.search(("a",), query="the launch code is 7731", limit=1)] == ["near"]
+    assert [h.key for h in store.search(("a",), query="the launch code is 7731", limit=2)] == ["near", "far"]
+    assert [i.key for i in store.search(("a",), limit=2)] == ["near", "far"]
     assert store.list_namespaces() == [("a",)]
 
 

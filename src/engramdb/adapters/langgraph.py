@@ -27,13 +27,17 @@ How namespaces map onto engramdb:
   dotted paths).
 - **Scores** of a search by query are each memory's relevance (`engramdb.Hit.relevance`): 0–1 on
   an absolute scale, like the cosine similarity of LangGraph's own stores (higher is closer), the
-  same on SQLite and PostgreSQL for the same embedder; items are ranked by it, ties by the recall
-  score and then by insertion order.
+  same on SQLite and PostgreSQL for the same embedder. Items are ranked by that score, ties in
+  LangGraph's listing order (namespaces by first insertion, then keys), so order and score agree
+  and neither depends on the backend or on how often an item was read. Each namespace's recall
+  gives every candidate it finds, not its own top-k (which ranks by ACT-R activation, the
+  engramdb score); the items no recall finds, and unindexed ones, follow with no score.
 - **TTLs** (``supports_ttl``): ``put(..., ttl=minutes)``, or ``ttl_config={"default_ttl": …}``; an
   item expires ``ttl`` minutes after its last write, or its last read when the read refreshes
   (``refresh_on_read``, default True, or the op's ``refresh_ttl``). Expired items are never
-  returned, searched or listed — every operation first deletes the expired items (forgetting
-  their memories, as a delete does), so a search's top-k is taken over live items only — and
+  returned, searched or listed — every batch first deletes the items expired by its instant
+  (forgetting their memories, as a delete does), so a search's top-k is taken over live items
+  only, and its reads ask for rows alive at that instant — and
   `sweep_ttl` deletes them on demand (``sweep_interval_minutes``: a background sweeper,
   `start_ttl_sweeper` / `stop_ttl_sweeper`). Times come from the engine's clock.
 """
@@ -73,8 +77,11 @@ if TYPE_CHECKING:
     from engramdb.engine import DynamicMemoryEngine
     from engramdb.storage.ports import MemoryScope
 
-#: the most memories one namespace's recall may rank for a query search with a filter
+#: the most memories one namespace's recall may rank for a query search (recall's own limit)
 MAX_CANDIDATES = 1000
+
+#: an item row alive at the instant given as the parameter
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
 
 
 def namespace_agent(namespace: Sequence[str]) -> str:
@@ -213,14 +220,16 @@ class EngramStore(BaseStore):
         self._agents: dict[str, Agent] = {}
         self._scope.execute(
             # `seq` keeps insertion order in plain SQL (no rowid), so the table reads the same on any backend.
+            # DOUBLE PRECISION, not REAL: PostgreSQL's REAL is 4 bytes, which rounds epoch seconds
+            # to about two minutes (SQLite reads it as its 8-byte REAL).
             f"CREATE TABLE IF NOT EXISTS {table} (ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, "
-            "memory_id TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, seq INTEGER NOT NULL, "
-            "ttl REAL, expires_at REAL, PRIMARY KEY (ns, key))"
+            "memory_id TEXT, created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL, "
+            "seq INTEGER NOT NULL, ttl DOUBLE PRECISION, expires_at DOUBLE PRECISION, PRIMARY KEY (ns, key))"
         )
         have = set(self._scope.columns(table))
         for column in ("ttl", "expires_at"):  # a table made before TTLs
             if column not in have:
-                self._scope.execute(f"ALTER TABLE {table} ADD COLUMN {column} REAL")
+                self._scope.execute(f"ALTER TABLE {table} ADD COLUMN {column} DOUBLE PRECISION")
         self._scope.execute(f"CREATE INDEX IF NOT EXISTS {table}_expiry ON {table} (expires_at)")
 
     @property
@@ -248,18 +257,22 @@ class EngramStore(BaseStore):
         for op in ops:
             if isinstance(op, PutOp) and op.ttl is not None:
                 _check_ttl(op.ttl)
-        self.sweep_ttl()  # nothing expired is read, ranked or listed
+        # One instant for the whole batch: what has expired by it is deleted first, so no expired
+        # item takes a place in a search's top-k, and every read below also asks for live rows
+        # (an item expiring while the batch runs, or one another process has not swept yet).
+        now = self._engine.clock()
+        self._sweep(now)
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):
-                results.append(self._get(tuple(op.namespace), op.key, refresh=op.refresh_ttl))
+                results.append(self._get(tuple(op.namespace), op.key, now, refresh=op.refresh_ttl))
             elif isinstance(op, PutOp):
-                self._put(op)
+                self._put(op, now)
                 results.append(None)
             elif isinstance(op, SearchOp):
-                results.append(self._search(op))
+                results.append(self._search(op, now))
             elif isinstance(op, ListNamespacesOp):
-                results.append(self._list(op))
+                results.append(self._list(op, now))
             else:
                 raise ValidationError(f"unknown LangGraph store operation {type(op).__name__}")
         return results
@@ -279,24 +292,25 @@ class EngramStore(BaseStore):
         }  # fmt: skip
         return SearchItem(**args, score=score) if search else Item(**args)
 
-    def _row(self, ns: tuple[str, ...], key: str) -> Sequence[Any] | None:
-        rows = self._scope.query(
-            f"SELECT ns, key, value, memory_id, created_at, updated_at FROM {self._table} WHERE ns = ? AND key = ?",  # noqa: S608 - a checked table name
-            (_ns_text(ns), key),
-        )
+    def _row(self, ns: tuple[str, ...], key: str, live_at: float | None = None) -> Sequence[Any] | None:
+        """The item's row (None: no such item, or, given `live_at`, none alive then)."""
+        sql = f"SELECT ns, key, value, memory_id, created_at, updated_at FROM {self._table} WHERE ns = ? AND key = ?"  # noqa: S608 - a checked table name
+        params: tuple[Any, ...] = (_ns_text(ns), key)
+        if live_at is not None:
+            sql, params = sql + f" AND {_LIVE}", (*params, live_at)
+        rows = self._scope.query(sql, params)
         return rows[0] if rows else None
 
-    def _get(self, ns: tuple[str, ...], key: str, *, refresh: bool = False) -> Item | None:
-        row = self._row(ns, key)
+    def _get(self, ns: tuple[str, ...], key: str, now: float, *, refresh: bool = False) -> Item | None:
+        row = self._row(ns, key, now)
         if row is None:
             return None
         if refresh:
-            self._refresh([row])
+            self._refresh([row], now)
         return self._item(row)
 
-    def _refresh(self, rows: Sequence[Sequence[Any]]) -> None:
-        """Start the TTL of `rows` again from now (those that have one)."""
-        now = self._engine.clock()
+    def _refresh(self, rows: Sequence[Sequence[Any]], now: float) -> None:
+        """Start the TTL of `rows` again from `now` (those that have one)."""
         for ns, key, *_ in rows:
             self._scope.execute(
                 f"UPDATE {self._table} SET expires_at = ? + ttl * 60 WHERE ns = ? AND key = ? AND ttl IS NOT NULL",  # noqa: S608 - a checked table name
@@ -307,7 +321,9 @@ class EngramStore(BaseStore):
 
     def sweep_ttl(self) -> int:
         """Delete every expired item now, forgetting its memory as a delete does; how many."""
-        now = self._engine.clock()
+        return self._sweep(self._engine.clock())
+
+    def _sweep(self, now: float) -> int:
         expired = self._scope.query(
             f"SELECT ns, key, memory_id FROM {self._table} WHERE expires_at <= ?",  # noqa: S608 - a checked table name
             (now,),
@@ -350,7 +366,7 @@ class EngramStore(BaseStore):
             self._sweeper = None
         return not thread.is_alive()
 
-    def _put(self, op: PutOp) -> None:
+    def _put(self, op: PutOp, now: float) -> None:
         ns, key = tuple(op.namespace), op.key
         row = self._row(ns, key)
         agent = self.agent(ns)
@@ -365,7 +381,6 @@ class EngramStore(BaseStore):
         index = self._index if op.index is None else (None if op.index is False else list(op.index))
         text = "" if op.index is False else _text(value, index)
         mid = self._index_text(agent, key, text, old_mid)
-        now = self._engine.clock()
         ttl = op.ttl
         expires = None if ttl is None else now + ttl * 60
         self._scope.execute(
@@ -399,53 +414,58 @@ class EngramStore(BaseStore):
         # dedup=False: each item is its own memory; force: a deleted item's text may come back.
         return agent.remember(text, title=key, dedup=False, force=True).id
 
-    def _rows(self, prefix: tuple[str, ...]) -> list[tuple[Any, ...]]:
-        """Every item under `prefix`, in LangGraph's order: namespaces by first insertion, then keys."""
+    def _rows(self, prefix: tuple[str, ...], now: float) -> list[tuple[Any, ...]]:
+        """Every item under `prefix` alive at `now`, in LangGraph's order: namespaces by first
+        insertion, then keys."""
         t = self._table
-        select = f"SELECT ns, key, value, memory_id, created_at, updated_at FROM {t} t"  # noqa: S608 - a checked table name
+        select = f"SELECT ns, key, value, memory_id, created_at, updated_at FROM {t} t WHERE {_LIVE}"  # noqa: S608 - a checked table name
         order = f" ORDER BY (SELECT min(seq) FROM {t} u WHERE u.ns = t.ns), seq"  # noqa: S608 - a checked table name
         if not prefix:
-            return self._scope.query(select + order)
+            return self._scope.query(select + order, (now,))
         exact = _ns_text(prefix)
         under = exact[:-1] + ","  # '["a","b"' + ',' : JSON escaping keeps labels from faking it
-        return self._scope.query(select + " WHERE ns = ? OR substr(ns, 1, ?) = ?" + order, (exact, len(under), under))
+        where = " AND (ns = ? OR substr(ns, 1, ?) = ?)"
+        return self._scope.query(select + where + order, (now, exact, len(under), under))
 
-    def _search(self, op: SearchOp) -> list[SearchItem]:
+    def _search(self, op: SearchOp, now: float) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
-        rows = [r for r in self._rows(prefix) if not op.filter or self._passes(r, op.filter)]
+        rows = [r for r in self._rows(prefix, now) if not op.filter or self._passes(r, op.filter)]
+        page: list[tuple[Sequence[Any], float | None]]
         if not op.query:
-            page = rows[op.offset : op.offset + op.limit]
-            if op.refresh_ttl:
-                self._refresh(page)
-            return [self._item(r, search=True) for r in page]  # type: ignore[misc]
-        by_mid = {r[3]: r for r in rows if r[3]}
-        want = MAX_CANDIDATES if op.filter else min(MAX_CANDIDATES, op.offset + op.limit)
-        scored: list[tuple[float, float, int, Sequence[Any]]] = []
-        order = {id(r): i for i, r in enumerate(rows)}
-        for ns in dict.fromkeys(r[0] for r in rows if r[3]):
-            hits = self.agent(tuple(json.loads(ns))).search(op.query, k=max(1, want))
-            for h in hits:
-                row = by_mid.get(h.memory.id)
-                if row is not None:
-                    # the relevance is absolute (0-1, comparable across namespaces and backends);
-                    # the recall score, relative to one namespace's recall, only breaks its ties
-                    scored.append((round(h.relevance, 6), h.score, order[id(row)], row))
-        scored.sort(key=lambda t: (-t[0], -t[1], t[2]))
-        seen = {id(r) for *_, r in scored}
-        ranked: list[tuple[Sequence[Any], float | None]] = [(r, rel) for rel, _, _, r in scored]
-        ranked += [(r, None) for r in rows if id(r) not in seen and not r[3]]
-        page_scored = ranked[op.offset : op.offset + op.limit]
+            page = [(r, None) for r in rows[op.offset : op.offset + op.limit]]
+        else:
+            page = self._ranked(op.query, rows)[op.offset : op.offset + op.limit]
         if op.refresh_ttl:
-            self._refresh([r for r, _ in page_scored])
-        return [self._item(r, rel, search=True) for r, rel in page_scored]  # type: ignore[misc]
+            self._refresh([r for r, _ in page], now)
+        return [self._item(r, score, search=True) for r, score in page]  # type: ignore[misc]
+
+    def _ranked(self, query: str, rows: Sequence[Sequence[Any]]) -> list[tuple[Sequence[Any], float | None]]:
+        """`rows` for `query`: those its recalls find, by relevance (ties in `rows`' order), then
+        the rest (unindexed, or found by no recall) unscored, in `rows`' order."""
+        by_mid = {r[3]: i for i, r in enumerate(rows) if r[3]}
+        scored: dict[int, float] = {}
+        for ns in dict.fromkeys(r[0] for r in rows if r[3]):
+            # Every candidate of the namespace's recall (at most `ScoringConfig.candidates` per
+            # channel, however large k is), not its top-k: the recall ranks by activation, this
+            # store by relevance, and rows a filter drops must not take places either.
+            for h in self.agent(tuple(json.loads(ns))).search(query, k=MAX_CANDIDATES):
+                i = by_mid.get(h.memory.id)
+                if i is not None:
+                    # relevance is absolute (0-1, comparable across namespaces and backends); six
+                    # places, so float noise in the last bits cannot reorder equal relevances
+                    scored[i] = round(h.relevance, 6)
+        order = sorted(scored, key=lambda i: (-scored[i], i))
+        ranked: list[tuple[Sequence[Any], float | None]] = [(rows[i], scored[i]) for i in order]
+        return ranked + [(r, None) for i, r in enumerate(rows) if i not in scored]
 
     @staticmethod
     def _passes(row: Sequence[Any], filt: Mapping[str, Any]) -> bool:
         value = json.loads(row[2])
         return all(_matches(value.get(k), v) for k, v in filt.items())
 
-    def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        found = [tuple(json.loads(ns)) for (ns,) in self._scope.query(f"SELECT DISTINCT ns FROM {self._table}")]  # noqa: S608 - a checked table name
+    def _list(self, op: ListNamespacesOp, now: float) -> list[tuple[str, ...]]:
+        live = self._scope.query(f"SELECT DISTINCT ns FROM {self._table} WHERE {_LIVE}", (now,))  # noqa: S608 - a checked table name
+        found = [tuple(json.loads(ns)) for (ns,) in live]
         if op.match_conditions:
             found = [ns for ns in found if all(_condition(c, ns) for c in op.match_conditions)]
         listed = sorted({ns[: op.max_depth] for ns in found}) if op.max_depth is not None else sorted(found)

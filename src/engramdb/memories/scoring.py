@@ -114,6 +114,13 @@ class ScoringConfig:
     #: fit (0 → 0.5): a_dated, lift of a memory holding a time expression ("last Friday", "two
     #: weeks ago": `keywords.TIME_WORDS`) when the query asks when (`keywords.asks_when`; 0 = off)
     w_dated: float = 0.5
+    #: Relevance dominates: a hit is *relevant enough* when its relevance (`absolute_relevance`, 0-1)
+    #: is above 0 and at least this share of the best relevance among the query's candidates; every
+    #: relevant-enough hit ranks above every other, and recency, importance, the lifts and
+    #: spreading reorder hits only within those two tiers. So a hit of relevance 0 never outranks
+    #: one above 0, whatever the share (0 = only that). Measured on LoCoMo train/validation and
+    #: LongMemEval dev (benchmarks/results/relevance_tiers.json).
+    relevant_share: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -138,6 +145,8 @@ class ScoringConfig:
             raise ConfigError("ScoringConfig: bm25_k1 and bm25_prev must be >= 0 and bm25_b in [0, 1]")
         if not self.ctx_tau > 0:
             raise ConfigError(f"ScoringConfig.ctx_tau must be > 0 (seconds), got {self.ctx_tau!r}")
+        if not 0 <= self.relevant_share <= 1:
+            raise ConfigError(f"ScoringConfig.relevant_share must be in [0, 1], got {self.relevant_share!r}")
         if self.hops < 0 or self.fanout < 0 or self.ring_size < 1 or self.candidates < 1:
             raise ConfigError("ScoringConfig: hops, fanout must be >= 0; ring_size, candidates >= 1")
 

@@ -387,7 +387,12 @@ class Recaller:
             cands.extend(fresh)
         cands.spread = np.fromiter((spread.get(n, 0.0) for n in cands.keys), dtype=np.float64, count=len(cands))
         cands.score = cands.base + cfg.gamma * cands.spread
-        order = np.lexsort((cands.n, -cands.score))
+        # Relevance dominates (`ScoringConfig.relevant_share`): the relevant-enough hits first, each
+        # tier by score, so no other term lifts a hit of relevance 0 above one that answers the query.
+        rel = cands.relevance
+        best = float(rel.max()) if len(rel) else 0.0
+        enough = (rel > 0.0) & (rel >= cfg.relevant_share * best)
+        order = np.lexsort((cands.n, -cands.score, ~enough))
         if min_relevance is not None:
             # Fewer than k when fewer answer the query well enough: the cut is absolute, so
             # "nothing relevant" can be the answer.

@@ -390,3 +390,24 @@ def test_memories_of_one_instant_are_no_episode(make_engine: MakeEngine, clock: 
     a.remember_many([{"content": "the deploy keys rotate every monday"}, {"content": "nobody writes it down"}])
     assert len(a.explain("when do the deploy keys rotate", k=3, hops=1).hits) == 1
     e.close()
+
+
+def test_a_recall_with_fewer_hits_than_k_says_why(make_engine: MakeEngine) -> None:
+    e = _notes(make_engine)
+    a = e.agent("alice")
+    total = len(a.recall("anything at all", k=50))
+    assert total < 50
+    full = a.recall("what took checkout down?", k=total)
+    assert full.note is None  # k came back
+    short = a.recall("what took checkout down?", k=50)
+    assert len(short) == total and short.note is not None
+    assert short.note.startswith(f"{total} of the 50 asked for: {total} memories were candidates")
+    cut = a.recall("what took checkout down?", k=50, min_relevance=0.3)
+    assert cut.note is not None and f"min_relevance=0.3 left out {total - len(cut)}" in cut.note
+    # the recall tool tells the model too, in its text and its structured result
+    from engramdb.tools import MemoryToolbox
+
+    args = {"query": "what took checkout down?", "k": 20, "min_relevance": 0.3}
+    reply = MemoryToolbox(a).call_result("recall", args)
+    assert not reply.error and "Fewer than asked" in reply.text
+    assert reply.data["note"] == cut.note.replace("of the 50", "of the 20")

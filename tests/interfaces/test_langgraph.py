@@ -306,3 +306,16 @@ def test_a_table_made_before_ttls_gets_its_columns(make_engine: Callable[..., Dy
     store = EngramStore(engine, tenant="acme")
     store.put(("u",), "k", {"text": "x"}, ttl=5)
     assert store.get(("u",), "k") is not None
+
+
+def test_min_relevance_leaves_out_what_does_not_answer(make_engine: Callable[..., DynamicMemoryEngine]) -> None:
+    store = EngramStore(make_engine(), tenant="acme", min_relevance=0.3)
+    for i, (key, text) in enumerate(DOCS.items()):
+        store.put(("docs",), key, {"text": text, "n": i})
+    found = store.search(("docs",), query="why is p99 latency dominated by fsync", limit=10)
+    assert found and all(h.score is not None and h.score >= 0.3 for h in found)
+    assert "lunch" not in {h.key for h in found}
+    assert store.search(("docs",), query="quantum chromodynamics lattice", limit=10) == []
+    assert len(store.search(("docs",), limit=10)) == len(DOCS)  # a listing has no query to be relevant to
+    with pytest.raises(ValidationError, match="min_relevance"):
+        EngramStore(make_engine(name="other"), min_relevance=2.0)

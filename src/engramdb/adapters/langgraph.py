@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from engramdb.errors import MissingExtra, NotFound, ValidationError
 from engramdb.memories.model import Confidentiality
+from engramdb.retrieval.recall import check_min_relevance
 
 try:
     from langgraph.store.base import (
@@ -193,6 +194,9 @@ class EngramStore(BaseStore):
         index: the default dotted paths whose strings are searched (None: every string).
         ttl_config: LangGraph's `TTLConfig` (``default_ttl`` and ``sweep_interval_minutes`` in
             minutes, ``refresh_on_read``); expired items are always omitted.
+        min_relevance: a search by query returns only items at least this relevant (0-1, the
+            scores it gives), so "nothing relevant" can be the answer; None (the default) ranks
+            every item, the unfound ones last with no score, as LangGraph's own stores do.
     """
 
     supports_ttl = True
@@ -206,10 +210,12 @@ class EngramStore(BaseStore):
         table: str = "shared_langgraph_store",
         index: Sequence[str] | None = None,
         ttl_config: TTLConfig | None = None,
+        min_relevance: float | None = None,
     ) -> None:
         if not table.startswith("shared_") or not table.replace("_", "").isalnum():
             raise ValidationError(f"table must be a shared_<name> table of letters, digits and _, got {table!r}")
         self.ttl_config = _check_ttl_config(ttl_config)
+        self.min_relevance = check_min_relevance(min_relevance)
         self._sweeper: tuple[threading.Thread, threading.Event] | None = None
         self._engine = engine
         self._tenant = tenant
@@ -455,6 +461,8 @@ class EngramStore(BaseStore):
                     # places, so float noise in the last bits cannot reorder equal relevances
                     scored[i] = round(h.relevance, 6)
         order = sorted(scored, key=lambda i: (-scored[i], i))
+        if self.min_relevance is not None:  # only what is relevant enough, nothing unscored
+            return [(rows[i], scored[i]) for i in order if scored[i] >= self.min_relevance]
         ranked: list[tuple[Sequence[Any], float | None]] = [(rows[i], scored[i]) for i in order]
         return ranked + [(r, None) for i, r in enumerate(rows) if i not in scored]
 

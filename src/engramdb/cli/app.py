@@ -212,6 +212,7 @@ def recall(query: str, k: int, hops: int, evidence: bool, budget: int, min_relev
             {"rank": h.rank, "score": h.score, "relevance": h.relevance, "source": h.source, "memory": h.memory}
             for h in hits
         ],
+        "note": hits.note,
     }
     if evidence:
         emit(data, hits.as_evidence(budget) or "(no memories matched)")
@@ -219,7 +220,8 @@ def recall(query: str, k: int, hops: int, evidence: bool, budget: int, min_relev
     lines = [f"{h.rank}. {h.score:.3f}  rel {h.relevance:.2f}  {_memory_line(h.memory)}" for h in hits] or [
         "(no memories matched)"
     ]
-    emit(data, "\n".join([*lines, f"recall id: {hits.recall_id}"]))
+    fewer = [f"fewer than asked: {hits.note}"] if hits.note else []
+    emit(data, "\n".join([*lines, *fewer, f"recall id: {hits.recall_id}"]))
 
 
 @cli.command()

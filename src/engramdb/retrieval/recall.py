@@ -393,6 +393,7 @@ class Recaller:
         best = float(rel.max()) if len(rel) else 0.0
         enough = (rel > 0.0) & (rel >= cfg.relevant_share * best)
         order = np.lexsort((cands.n, -cands.score, ~enough))
+        pooled = len(order)
         if min_relevance is not None:
             # Fewer than k when fewer answer the query well enough: the cut is absolute, so
             # "nothing relevant" can be the answer.
@@ -437,7 +438,8 @@ class Recaller:
         )
         if not dry_run:
             self._log(pair, explanation, top, vis, channel, trace_ref, now, types)
-        return Recall(query, hits, recall_id, now), explanation
+        note = _shortfall(k, len(hits), pooled, len(order), min_relevance, cfg)
+        return Recall(query, hits, recall_id, now, note), explanation
 
     def _features(
         self,
@@ -570,6 +572,24 @@ class Recaller:
             pair.lexical.accessed(change, updates)
             if pair.vectors is not None:
                 pair.vectors.passed(change)
+
+
+def _shortfall(
+    k: int, hits: int, pooled: int, kept: int, min_relevance: float | None, cfg: scoring.ScoringConfig
+) -> str | None:
+    """Why a recall returns fewer than `k` hits (None when it returns `k`)."""
+    if hits >= k:
+        return None
+    parts = [
+        f"{hits} of the {k} asked for: {pooled} memor{'y was a candidate' if pooled == 1 else 'ies were candidates'} "
+        f"(those that share a word with the query or are among the {cfg.candidates} nearest by meaning, "
+        "and what they link to)"
+    ]
+    if min_relevance is not None and kept < pooled:
+        parts.append(f"min_relevance={min_relevance:g} left out {pooled - kept}")
+    if hits < min(kept, k):
+        parts.append(f"{min(kept, k) - hits} changed or were forgotten while the recall ran")
+    return "; ".join(parts)
 
 
 def _span(values: npt.NDArray[np.float64]) -> tuple[float, float]:

@@ -54,13 +54,16 @@ def evidence_items(hits: Sequence[Hit]) -> list[EvidenceItem]:
 class Recall(Sequence[Hit]):
     """The hits of one recall, best first, and the id under which it was logged.
 
-    `recall_id` is None for a dry run (`explain(query)`), which logs nothing.
+    `recall_id` is None for a dry run (`explain(query)`), which logs nothing. `note` says why
+    there are fewer hits than the `k` asked for (None when there are `k`): how many memories were
+    candidates at all, and how many `min_relevance` left out.
     """
 
     query: str
     hits: tuple[Hit, ...]
     recall_id: str | None
     ts: float
+    note: str | None = None
 
     @overload
     def __getitem__(self, i: int) -> Hit: ...

@@ -206,6 +206,10 @@ RECALL_TOOL = ToolSpec(
                 },
             },
             "more": {"type": "boolean", "description": "True when some did not fit the size limit."},
+            "note": {
+                "type": ["string", "null"],
+                "description": "Why fewer memories came back than k asked for (null when k did).",
+            },
         }
     ),
 )

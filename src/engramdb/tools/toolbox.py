@@ -305,13 +305,15 @@ class MemoryToolbox:
         hits = self._agent.recall(a["query"], k=a.get("k", 5), min_relevance=a.get("min_relevance"))
         items = [{**_memory_data(h.memory), "relevance": h.relevance, "rank": h.rank} for h in hits.hits]
         shown, more = _fitting(items, self._limits.max_result_chars)
-        data = {"recall_id": hits.recall_id, "memories": shown, "more": more}
+        data = {"recall_id": hits.recall_id, "memories": shown, "more": more, "note": hits.note}
         text = hits.as_evidence(self._evidence_budget())
         if not text:
-            return "No memories matched.", data
+            return "No memories matched." + (f" ({hits.note}.)" if hits.note else ""), data
         scores = ", ".join(f"{h.memory.id} {h.relevance:.2f}" for h in hits.hits)
+        fewer = f" Fewer than asked: {hits.note}." if hits.note else ""
         return (
-            f"{text}\n(relevance 0–1: {scores}. recall id {hits.recall_id}: pass it to explain to see why these ranked.)",
+            f"{text}\n(relevance 0–1: {scores}.{fewer} recall id {hits.recall_id}: pass it to explain to see why "
+            "these ranked.)",
             data,
         )
 

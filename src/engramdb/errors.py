@@ -19,6 +19,7 @@
     └── EngineFailure                something went wrong that the caller did not cause
         ├── BackendError             the database failed (I/O, locked past the busy timeout, closed engine)
         ├── SchemaVersionError       the file was written by a newer engramdb
+        ├── EmbedderError            an embedding server failed, refused the key, or answered nonsense
         └── MissingExtra             an optional feature's packages are not installed (names the extra)
 
 Driver exceptions (``sqlite3.*``) never leave the package: they are translated at the storage
@@ -111,6 +112,20 @@ class BackendError(EngineFailure):
 
 class SchemaVersionError(EngineFailure):
     """The database was written by a newer version of engramdb than the one running."""
+
+
+class EmbedderError(EngineFailure):
+    """An embedding server could not be reached, refused the request or its key, or answered with
+    something that is not a valid embedding response.
+
+    `url` is the endpoint (never with credentials); `status` the HTTP status, or None when the
+    server was not reached or its answer was malformed.
+    """
+
+    def __init__(self, message: str, url: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
 
 
 class MissingExtra(EngineFailure, ImportError):

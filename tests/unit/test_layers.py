@@ -57,6 +57,7 @@ LAYERS: dict[str, int] = {
     # adapters: storage backends, embedders, vector indexes
     "engramdb.storage.memory_rows": ADAPTERS,  # the row format both SQL adapters share
     "engramdb.embeddings.hashing": ADAPTERS,
+    "engramdb.embeddings.openai_compat": ADAPTERS,
     "engramdb.embeddings.static": ADAPTERS,
     "engramdb.embeddings.wordpiece": ADAPTERS,
     "engramdb.vectors.exact": ADAPTERS,

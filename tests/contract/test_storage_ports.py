@@ -383,6 +383,14 @@ def test_tombstones_latest_per_value(backend: Backend) -> None:
     found = backend.tombstones.find("default", ["alice", "bob"], ["h1", "h2"])
     assert list(found) == [("alice", "h1")] and found["alice", "h1"].reason == "second"
     assert backend.tombstones.find("other", ["alice"], ["h1"]) == {}
+    # find_at: the same stones, with the tenant's change sequence beside them
+    with backend.atomic():
+        stamp = backend.changes.next("default")
+    latest, stones = backend.tombstones.find_at("default", ["alice", "bob"], ["h1", "h2"])
+    assert latest == stamp == backend.changes.current("default") and stones == found
+    assert backend.tombstones.find_at("default", ["bob"], ["h1"]) == (stamp, {})
+    assert backend.tombstones.find_at("default", [], []) == (stamp, {})
+    assert backend.tombstones.find_at("other", ["alice"], ["h1"])[1] == {}
 
 
 def test_recall_log_is_per_reader(backend: Backend) -> None:

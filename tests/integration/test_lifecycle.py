@@ -1051,3 +1051,59 @@ def test_a_long_memory_recalled_then_forgotten_leaves_no_copy_in_any_file(
             me.recall("long manifest lunch")
             clock.advance(5)
     assert _files_holding(tmp_path, [marker]) == []
+
+
+def test_a_single_remember_racing_another_writer_of_its_text_is_caught_up(
+    make_engine: Callable[..., DynamicMemoryEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One memory, no duplicate found, no caller's transaction: PostgreSQL writes it in one
+    statement that takes effect only if the tenant's change sequence still stands where the
+    lookups read it. Another engine storing the same fact in between makes that statement write
+    nothing; the general path then finds B's memory and reinforces it (one copy, as for batches)."""
+    from engramdb.memories import writing
+
+    one, two = make_engine(memory_embedder=fake_embedder()), make_engine(memory_embedder=fake_embedder())
+    a, b = one.agent("alice"), two.agent("alice")
+    a.remember("The depot closes at six on Fridays.")
+    a.recall("depot", k=1)
+    text = "Badge 4471 opens the east door of the depot."
+    made: list[Memory] = []
+    started: list[bool] = []
+    real = writing._duplicates
+
+    def racing(*args: Any) -> Any:
+        out = real(*args)
+        if not started:  # (B's own write comes through here too)
+            started.append(True)
+            made.append(b.remember(text))  # between A's lookup and A's write
+        return out
+
+    monkeypatch.setattr(writing, "_duplicates", racing)
+    got = a.remember(text)
+    assert got.id == made[0].id and got.access_count == 2
+    assert [m.content for m in a.memories()].count(text) == 1
+
+
+def test_the_one_step_write_stores_what_the_general_path_stores(
+    make_engine: Callable[..., DynamicMemoryEngine],
+) -> None:
+    """The same memory written alone (PostgreSQL: one statement) and inside a caller's
+    transaction (the general path) reads back alike: fields, vector, creation access, and the
+    caches of a recall that follows find it by meaning."""
+    eng = make_engine(memory_embedder=fake_embedder())
+    a = eng.agent("alice")
+    a.recall("warm", k=1)  # the caches are held: the write hands its vector to them
+    store = eng.backend
+    alone = a.remember("Quarterly review is in room Ostrava.", importance=0.7, tags=["ops"], shared=True)
+    with store.atomic():
+        inside = a.remember("Quarterly budget is in folder Brno.", importance=0.7, tags=["ops"], shared=True)
+    for m in (alone, inside):
+        got = a.get(m.id, touch=False)
+        assert (got.importance, got.tags, got.shared, got.access_count) == (0.7, ("ops",), True, 1)
+        assert [r.channel for r in a.accesses(m.id)] == ["created"]
+        key = store.memories.get(a.principal.visibility(), m.id)
+        assert key is not None
+        rows = store.vectors.cache_rows_for(eng.memory_embedder.name, [key.key])  # type: ignore[union-attr]
+        assert rows and rows[0][9] is not None
+    assert a.recall("Quarterly review room Ostrava", k=1)[0].memory.id == alone.id
+    assert a.recall("Quarterly budget folder Brno", k=1)[0].memory.id == inside.id

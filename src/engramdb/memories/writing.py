@@ -200,15 +200,25 @@ def _remember_prepared(
     # memories takes 0.3 ms one item, ~100 ms a batch: not under the lock every writer waits for).
     # `latest` is the change sequence they read at; inside the transaction, a write that finds the
     # sequence moved on (another writer committed in between) checks again what those writers did.
-    latest = store.changes.current(who.tenant)
-    if not force:
-        _refuse_forgotten(rt, who, prepared)
+    if force:
+        latest = store.changes.current(who.tenant)
+    else:  # (one read: the sequence and the tombstones as of it)
+        latest, stones = store.tombstones.find_at(
+            who.tenant, [p["owner"] for p in prepared], [p["hash"] for p in prepared], who.cap
+        )
+        _refuse(prepared, stones)
     stored: dict[int, int] = {}
     earlier: dict[int, int] = {}
     if dedup:
         stored, earlier = (
             _duplicates(rt, who, prepared, vectors, latest) if vectors is not None else _same_text(rt, who, prepared)
         )
+    if len(prepared) == 1 and not stored and not earlier and not store.in_transaction():
+        # Nothing to reinforce and no caller's transaction: one step where the store has one
+        # (PostgreSQL: one statement, one round trip), else the general path below.
+        fresh_one = _insert_fresh(rt, who, prepared[0], None if vectors is None else vectors[0], now, latest)
+        if fresh_one is not None:
+            return [fresh_one]
     with store.atomic():
         # The write lock first (PostgreSQL: the change counter's row; SQLite holds it already).
         change = store.changes.next(who.tenant)
@@ -331,6 +341,11 @@ def _refuse_forgotten(rt: Runtime, who: Principal, prepared: list[dict[str, Any]
     stones = rt.store.tombstones.find(
         who.tenant, [p["owner"] for p in prepared], [p["hash"] for p in prepared], who.cap
     )
+    _refuse(prepared, stones)
+
+
+def _refuse(prepared: list[dict[str, Any]], stones: Mapping[tuple[str, str], Tombstone]) -> None:
+    """`Forgotten` for the first item of `prepared` a tombstone of `stones` refuses."""
     for p in prepared:
         stone = stones.get((p["owner"], p["hash"]))
         if stone is not None:
@@ -548,6 +563,19 @@ def _insert(
     sequence `change` (the caller's, taken under the write lock; else a new one)."""
     embedder = rt.embedder
     store = rt.store
+    items, out = _new_memories(who, prepared, now)
+    # Inside the caller's unit of work (`_remember_prepared`, its one caller): all or nothing with
+    # it, and no savepoint of its own (on PostgreSQL a savepoint pair is two more round trips).
+    assert store.in_transaction(), "_insert runs inside its caller's unit of work"
+    keys = store.memories.insert(items, store.changes.next(who.tenant) if change is None else change)
+    if vectors is not None and embedder is not None:
+        store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
+    store.accesses.append([Touch(n, Channel.CREATED) for n in keys], now=now, tenant=who.tenant, reader=who.agent_id)
+    return keys, [rt.annotate(m, now) for m in out]
+
+
+def _new_memories(who: Principal, prepared: list[dict[str, Any]], now: float) -> tuple[list[NewMemory], list[Memory]]:
+    """The rows of `prepared` as new memories written by `who` at `now`, and the memories."""
     ring = pack_times([now])  # creation is the first deliberate access
     out: list[Memory] = []
     items: list[NewMemory] = []
@@ -565,14 +593,29 @@ def _insert(
         )  # fmt: skip
         items.append(NewMemory(memory, p["hash"], cue_terms(memory.title, memory.content, *memory.tags), ring))
         out.append(memory)
-    # Inside the caller's unit of work (`_remember_prepared`, its one caller): all or nothing with
-    # it, and no savepoint of its own (on PostgreSQL a savepoint pair is two more round trips).
-    assert store.in_transaction(), "_insert runs inside its caller's unit of work"
-    keys = store.memories.insert(items, store.changes.next(who.tenant) if change is None else change)
-    if vectors is not None and embedder is not None:
-        store.vectors.put([(n, embedder.name, vectors[i].tobytes()) for i, n in enumerate(keys)])
-    store.accesses.append([Touch(n, Channel.CREATED) for n in keys], now=now, tenant=who.tenant, reader=who.agent_id)
-    return keys, [rt.annotate(m, now) for m in out]
+    return items, out
+
+
+def _insert_fresh(
+    rt: Runtime, who: Principal, prepared: dict[str, Any], vector: Any, now: float, latest: int
+) -> Memory | None:
+    """One new memory in one atomic step of the store's (`MemoryRows.insert_fresh`) when nothing
+    was written since change `latest`, at which its tombstones and duplicates were looked up;
+    the memory, its vector handed to the held vector cache. None: nothing written (the sequence
+    moved on, or the store has no such step), take the general path."""
+    store, embedder = rt.store, rt.embedder
+    (item,), (memory,) = _new_memories(who, [prepared], now)
+    blob = vector.tobytes() if vector is not None and embedder is not None else None
+    model = None if blob is None or embedder is None else (embedder.name, blob)
+    done = store.memories.insert_fresh(item, latest, model, now, who.agent_id, Channel.CREATED.value)
+    if done is None:
+        return None
+    key, change = done
+    if blob is not None and rt.started:
+        channel = rt.held_vectors(who.tenant)
+        if channel is not None:  # as after the general path's commit (`VectorChannel.written`)
+            channel.written(store, change, [_vector_row(key, change, memory, blob)])
+    return rt.annotate(memory, now)
 
 
 def _vector_row(n: int, change: int, m: Memory, blob: bytes) -> VectorRow:

@@ -211,6 +211,17 @@ class MemoryRows(Protocol):
         """Store `items` (in one transaction: call inside `Backend.atomic`); their new keys, in order."""
         ...
 
+    def insert_fresh(
+        self, item: NewMemory, latest: int, vector: tuple[str, bytes] | None, now: float, reader: str, channel: str
+    ) -> tuple[int, int] | None:
+        """One new memory outside any unit of work, as one atomic step of its own: if the tenant's
+        change sequence still stands at `latest`, take the next change, store `item` at it, its
+        `vector` (model, float32 bytes) and its creation access (`channel`, by `reader` at `now`);
+        (key, change). None when the sequence has moved on, or when the backend has no such step:
+        then nothing was written and the caller takes the general path (`insert` in a unit of work).
+        A remember on PostgreSQL is then one round trip instead of five."""
+        ...
+
     def get(self, vis: Visibility, memory_id: str) -> Stored | None:
         """The memory with public id `memory_id`, if `vis` shows it."""
         ...
@@ -490,6 +501,17 @@ class Tombstones(Protocol):
     ) -> dict[tuple[str, str], Tombstone]:
         """The latest tombstone at or below `max_level` of each (owner, content hash) asked about
         that has one."""
+        ...
+
+    def find_at(
+        self,
+        tenant: str,
+        owners: Sequence[str],
+        hashes: Sequence[str],
+        max_level: Confidentiality = Confidentiality.RESTRICTED,
+    ) -> tuple[int, dict[tuple[str, str], Tombstone]]:
+        """`find`, with the tenant's change sequence (`ChangeSequence.current`) read first, in one
+        read where the store can (PostgreSQL: one round trip, one snapshot)."""
         ...
 
 

@@ -36,6 +36,7 @@ from engramdb.storage.ports import (
     Stored,
 )
 from engramdb.storage.postgres.connection import ALL_TENANTS, KEYS, PgStore, execute_rows
+from engramdb.storage.postgres.vectors import _vec
 from engramdb.storage.postgres.visibility import PLACEHOLDER, predicate
 
 M = "engram.engram_memories"
@@ -65,6 +66,22 @@ def _row(n: int, item: NewMemory, change: int) -> tuple[Any, ...]:
 
 # One new memory: its key drawn in the same statement (one round trip fewer than `nextval` first).
 _INSERT_ONE = _INSERT.replace("VALUES (%s, ", "VALUES (nextval('engram.engram_memory_keys'), ", 1) + " RETURNING n"
+# One new memory outside any unit of work, in one statement (one round trip, its own commit):
+# the tenant's change sequence moved from `latest` to the next value only if it still stands at
+# `latest` (a writer that committed since makes the UPDATE match nothing, so nothing is written and
+# the caller takes the general path), the row with that change, its vector and its creation access.
+# Data-modifying CTEs run once and to completion whether or not the outer query reads them.
+_COLUMNS = _INSERT[_INSERT.index("(") + 1 : _INSERT.index(")")]
+_VALUES = ", ".join(["%s"] * 27)
+_FRESH = (
+    "WITH c AS (UPDATE engram.engram_changes SET value = value + 1 WHERE tenant = %s AND value = %s RETURNING value), "  # noqa: S608 - engine table names, values bound
+    f"m AS (INSERT INTO {M} ({_COLUMNS}) SELECT nextval('engram.engram_memory_keys'), {_VALUES}, c.value, %s "
+    "FROM c RETURNING n, tenant, changed), "
+    "v AS (INSERT INTO engram.engram_vectors (tenant, n, model, vec) SELECT m.tenant, m.n, %s, %s FROM m "
+    "WHERE %s::text IS NOT NULL), "
+    "a AS (INSERT INTO engram.engram_access (tenant, ts, n, channel, reader) SELECT m.tenant, %s, m.n, %s, %s FROM m) "
+    "SELECT n, changed FROM m"
+)
 # A time trigger's epoch: the number after 'time:' (a key that is not one never matches).
 _EPOCH = r"substring({k} from 'time:([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)$')"
 
@@ -118,6 +135,22 @@ class PgMemoryRows:
             return keys
 
         return self._store.run(tenant, go)
+
+    def insert_fresh(
+        self, item: NewMemory, latest: int, vector: tuple[str, bytes] | None, now: float, reader: str, channel: str
+    ) -> tuple[int, int] | None:
+        m = item.memory
+        if self._store.citus:  # a multi-table modifying statement is not what Citus routes: the general path
+            return None
+        model, vec = (vector[0], _vec(vector[1])) if vector is not None else (None, None)
+        params = (m.tenant, latest, *_row(0, item, 0)[1:28], SOURCE_CODES[m.importance_source], model, vec, model,
+                  now, channel, reader)  # fmt: skip
+
+        def go(db: psycopg.Connection[Any]) -> tuple[int, int] | None:
+            row = db.execute(_FRESH, params).fetchone()
+            return None if row is None else (int(row[0]), int(row[1]))
+
+        return self._store.run(m.tenant, go)
 
     def _exec(self, tenant: str, query: str, params: Any = None) -> int:
         def go(db: psycopg.Connection[Any]) -> int:

@@ -234,6 +234,29 @@ class PgTombstones(_Port):
             stones[(row[2], row[3])] = _stone(row)  # the latest stone of each value wins
         return stones
 
+    def find_at(
+        self,
+        tenant: str,
+        owners: Sequence[str],
+        hashes: Sequence[str],
+        max_level: Confidentiality = Confidentiality.RESTRICTED,
+    ) -> tuple[int, dict[tuple[str, str], Tombstone]]:
+        owners, hashes = sorted(set(owners)), sorted(set(hashes))
+        # The sequence beside the stones, in one statement: one snapshot, one round trip.
+        rows = self._fetch(
+            tenant,
+            f"SELECT (SELECT value FROM engram.engram_changes WHERE tenant = %s), s.* FROM (SELECT 1) one "  # noqa: S608 - constant column list
+            f"LEFT JOIN LATERAL (SELECT id, {_STONE} FROM engram.engram_tombstones WHERE tenant = %s "
+            "AND owner = ANY(%s) AND content_hash = ANY(%s) AND confidentiality <= %s) s ON true ORDER BY s.id",
+            (tenant, tenant, owners, hashes, int(max_level)),
+        )
+        latest = int(rows[0][0]) if rows and rows[0][0] is not None else 0
+        stones: dict[tuple[str, str], Tombstone] = {}
+        for row in rows:
+            if row[1] is not None:
+                stones[(row[4], row[5])] = _stone(row[2:])  # the latest stone of each value wins
+        return latest, stones
+
 
 class PgVersions(_Port):
     """`engramdb.storage.ports.Versions` over ``engram.engram_versions``."""

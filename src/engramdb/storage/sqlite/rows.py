@@ -100,6 +100,12 @@ class SqliteMemoryRows:
 
     # -- writing -------------------------------------------------------------------------------
 
+    def insert_fresh(
+        self, item: NewMemory, latest: int, vector: tuple[str, bytes] | None, now: float, reader: str, channel: str
+    ) -> tuple[int, int] | None:
+        """No one-step path here: the general one is a local transaction with no round trips."""
+        return None
+
     @translated
     def insert(self, items: Sequence[NewMemory], change: int) -> list[int]:
         db = self._db()

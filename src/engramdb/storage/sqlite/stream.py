@@ -249,6 +249,16 @@ class SqliteTombstones(_Engine):
                 stones[(row[2], row[3])] = _stone(row)  # the latest stone of each value wins
         return stones
 
+    def find_at(
+        self,
+        tenant: str,
+        owners: Sequence[str],
+        hashes: Sequence[str],
+        max_level: Confidentiality = Confidentiality.RESTRICTED,
+    ) -> tuple[int, dict[tuple[str, str], Tombstone]]:
+        latest = int(self._db().execute("SELECT value FROM engram_counters WHERE name = 'memories'").fetchone()[0])
+        return latest, self.find(tenant, owners, hashes, max_level)
+
 
 class SqliteVersions(_Engine):
     """`engramdb.storage.ports.Versions` over ``engram_versions``."""

@@ -5,7 +5,7 @@ The public API is exactly what ``__all__`` lists; every other module is an imple
 
 from engramdb.agent import Agent, MemoryVersion
 from engramdb.config import TeamMemoryConfig, load_config
-from engramdb.embeddings.base import Embedder
+from engramdb.embeddings.base import Embedder, Reranker
 from engramdb.engine import DynamicMemoryEngine, open_team_memory_engine
 from engramdb.errors import (
     BackendError,
@@ -21,6 +21,7 @@ from engramdb.errors import (
     InvalidStatement,
     MissingExtra,
     NotFound,
+    RerankerError,
     ResourceLimitExceeded,
     SchemaVersionError,
     ScopeViolation,
@@ -135,6 +136,8 @@ __all__ = [
     "ReferenceResolvers",
     "ReflectionConfig",
     "ReflectionReport",
+    "Reranker",
+    "RerankerError",
     "Resolver",
     "ResourceLimitExceeded",
     "RetrievedRow",

@@ -33,7 +33,7 @@ from engramdb.storage.sqlite import SqliteBackend, SqliteSettings
 from engramdb.tenancy.ids import SHARED, check_tenant, private_namespace
 
 if TYPE_CHECKING:
-    from engramdb.embeddings.base import Embedder
+    from engramdb.embeddings.base import Embedder, Reranker
     from engramdb.retrieval.vector_channel import VectorChannel
     from engramdb.vectors.base import VectorIndex
 
@@ -100,6 +100,14 @@ class DynamicMemoryEngine:
             tenant's first recall or write), the bytes they may hold before the least recently
             used tenants' are dropped (default 512 MiB; None: no budget). The tenant being served
             is never dropped for it. SQLite keeps one cache per file and ignores it.
+        reranker: a `Reranker` (e.g. `engramdb.embeddings.rerank.HttpReranker` for a
+            cross-encoder behind vLLM, the llama.cpp server or text-embeddings-inference) that
+            re-scores the ``ScoringConfig.rerank_top`` most relevant candidates of every recall
+            before ACT-R ranks them (``rerank_weight`` is its share of relevance; each hit's
+            ``components.rerank`` is its score). None (default): no second stage. Its latency
+            is on every recall's path; a failing reranker fails the recall (`RerankerError`).
+        rerank_cap: the most confidential memory whose text is sent to the reranker (default
+            every level); above it a memory keeps its first-stage relevance.
     """
 
     def __init__(
@@ -125,6 +133,8 @@ class DynamicMemoryEngine:
         vector_file: bool = True,
         limits: Limits | None = None,
         cache_budget: int | None = DEFAULT_BUDGET,
+        reranker: Reranker | None = None,
+        rerank_cap: Confidentiality = Confidentiality.RESTRICTED,
     ) -> None:
         check_engine_options(path, locals())
         backend: Backend
@@ -172,6 +182,8 @@ class DynamicMemoryEngine:
             vector_file=vector_file,
             limits=limits,
             cache_budget=cache_budget,
+            reranker=reranker,
+            rerank_cap=rerank_cap,
         )
         self._scopes: dict[tuple[str, str], MemoryScope] = {}
         self._scopes_lock = threading.Lock()

@@ -11,10 +11,10 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engramdb.embeddings.base import Embedder
+from engramdb.embeddings.base import Embedder, Reranker
 from engramdb.errors import ConfigError
 from engramdb.memories.forgetting import ForgettingPolicy
-from engramdb.memories.model import Limits, check_path
+from engramdb.memories.model import Confidentiality, Limits, check_path
 from engramdb.memories.scoring import ScoringConfig
 
 #: SQLite takes its busy timeout in int milliseconds (2**31 - 1 ms is 24.8 days)
@@ -67,6 +67,9 @@ def check_engine_options(path: object, options: Mapping[str, Any]) -> None:
     memory_embedder = options["memory_embedder"]
     if memory_embedder != "default" and memory_embedder is not None and not isinstance(memory_embedder, Embedder):
         raise ConfigError(f'memory_embedder must be "default", an Embedder, or None, got {memory_embedder!r}')
+    _instance("reranker", options["reranker"], Reranker, "a Reranker (e.g. engramdb.embeddings.rerank.HttpReranker)")
+    if not isinstance(options["rerank_cap"], Confidentiality):
+        raise ConfigError(f"rerank_cap must be a Confidentiality, got {options['rerank_cap']!r}")
     _instance("scoring", options["scoring"], ScoringConfig, "a ScoringConfig")
     _instance("forgetting", options["forgetting"], ForgettingPolicy, "a ForgettingPolicy")
     _instance("limits", options["limits"], Limits, "a Limits")

@@ -20,6 +20,7 @@
         ├── BackendError             the database failed (I/O, locked past the busy timeout, closed engine)
         ├── SchemaVersionError       the file was written by a newer engramdb
         ├── EmbedderError            an embedding server failed, refused the key, or answered nonsense
+        ├── RerankerError            a reranker failed, refused the key, or answered nonsense (recall changed nothing)
         └── MissingExtra             an optional feature's packages are not installed (names the extra)
 
 Driver exceptions (``sqlite3.*``) never leave the package: they are translated at the storage
@@ -120,6 +121,20 @@ class EmbedderError(EngineFailure):
 
     `url` is the endpoint (never with credentials); `status` the HTTP status, or None when the
     server was not reached or its answer was malformed.
+    """
+
+    def __init__(self, message: str, url: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class RerankerError(EngineFailure):
+    """A reranker could not be reached, refused the request or its key, or answered with something
+    that is not a valid rerank response; the recall it served is not logged and changes nothing.
+
+    `url` is the endpoint (never with credentials), or the model's name for an in-process
+    reranker; `status` the HTTP status, or None when there was none.
     """
 
     def __init__(self, message: str, url: str, status: int | None = None) -> None:

@@ -188,6 +188,7 @@ def test_the_recall_log_keeps_entries_as_lists_and_replays_them_exactly(
         "entity",
         "ctx",
         "dated",
+        "rerank",
     ]
     clock.advance(DAY)
     replay = me.explain(r.recall_id or "")

@@ -81,9 +81,11 @@ def test_edges_history_accesses_and_stats_read_back_the_same(
     episode = next(m for m in expect["ada"] if m["type"] == "episode")
     updated = next(m for m in expect["ada"] if m["version"] == 2)
     assert [plain(v) for v in ada.history(updated["id"])] == expect["history"]
-    # Components gained `dated` (0 by default) after the fixture was written: an old record reads back with it
+    # Components gained `dated` and `rerank` (0 by default) after the fixture was written: an old
+    # record reads back with them
     accesses = [
-        {**a, "components": {**a["components"], "dated": 0.0}} if a["components"] else a for a in expect["accesses"]
+        {**a, "components": {**a["components"], "dated": 0.0, "rerank": 0.0}} if a["components"] else a
+        for a in expect["accesses"]
     ]
     assert [plain(r) for r in ada.accesses(episode["id"])] == accesses
     assert plain(ada.stats()) == expect["stats"]
@@ -97,6 +99,7 @@ def test_the_explain_replay_of_an_old_recall_is_the_same(upgraded: DynamicMemory
         for e in replay[part]:
             assert e.pop("relevance") == 0.0
             assert e["components"].pop("dated") == 0.0
+            assert e["components"].pop("rerank") == 0.0
     assert replay == expect["explain"]
 
 

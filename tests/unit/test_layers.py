@@ -58,6 +58,9 @@ LAYERS: dict[str, int] = {
     "engramdb.storage.memory_rows": ADAPTERS,  # the row format both SQL adapters share
     "engramdb.embeddings.hashing": ADAPTERS,
     "engramdb.embeddings.openai_compat": ADAPTERS,
+    "engramdb.embeddings.http": ADAPTERS,
+    "engramdb.embeddings.rerank": ADAPTERS,
+    "engramdb.embeddings.fastembed": ADAPTERS,
     "engramdb.embeddings.static": ADAPTERS,
     "engramdb.embeddings.wordpiece": ADAPTERS,
     "engramdb.vectors.exact": ADAPTERS,

@@ -11,6 +11,9 @@ Invariants every implementation keeps:
 
 An embedder may also say what cosine two unrelated texts typically have (``unrelated_cosine``, a
 float; 0 when absent): recall's absolute relevance counts only similarity above it.
+
+A `Reranker` scores (query, text) pairs in [0, 1], one per text, in order, the same every time;
+recall's second stage (`engramdb.embeddings.rerank`).
 """
 
 from __future__ import annotations
@@ -39,4 +42,18 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embed a batch of texts; see the module docstring for the invariants."""
+        ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores how well each text answers a query, in [0, 1]."""
+
+    @property
+    def name(self) -> str:
+        """Identifier of the model, recorded in every recall's explanation."""
+        ...
+
+    def score(self, query: str, texts: Sequence[str]) -> Sequence[float]:
+        """One score in [0, 1] per text, in order."""
         ...

@@ -22,17 +22,13 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
-import socket
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from engramdb.embeddings.http import JsonEndpoint, endpoint, is_int, is_real, quote
 from engramdb.errors import ConfigError, EmbedderError, MissingExtra
 
 try:
@@ -45,12 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenAICompatibleEmbedder"]
 
-#: HTTP statuses worth another try: rate limited, or the server failed or is starting up.
-_RETRIED = frozenset({408, 429, 500, 502, 503, 504})
-#: the longest wait one retry honours from a ``Retry-After`` header, in seconds
-_MAX_RETRY_AFTER = 60.0
-#: the most characters of a server's error body quoted in a message
-_QUOTE = 300
 #: the text embedded to learn the dimension when it is asked for before any embedding
 _PROBE = "dimension probe"
 
@@ -118,7 +108,7 @@ class OpenAICompatibleEmbedder:
         name: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._url, self._shown = _endpoint(base_url)
+        self._url, self._shown = endpoint(base_url, "/embeddings", "http://localhost:11434/v1")
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("model must be a non-empty model name, e.g. 'nomic-embed-text'")
         if api_key is not None and api_key_env is not None:
@@ -130,19 +120,19 @@ class OpenAICompatibleEmbedder:
         if api_key is not None and (not isinstance(api_key, str) or not api_key):
             raise ConfigError("api_key must be a non-empty string (or None for a server without keys)")
         for label, value in (("dim", dim), ("dimensions", dimensions)):
-            if value is not None and (not _is_int(value) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise ConfigError(f"{label} must be a positive integer or None, got {value!r}")
         if dim is not None and dimensions is not None and dim != dimensions:
             raise ConfigError(f"dim={dim} and dimensions={dimensions} disagree; give one of them")
-        if not _is_int(batch_size) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if not _is_int(retries) or retries < 0:
+        if not is_int(retries) or retries < 0:
             raise ConfigError(f"retries must be a non-negative integer, got {retries!r}")
-        if not _is_real(timeout) or not timeout > 0:
+        if not is_real(timeout) or not timeout > 0:
             raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if not _is_real(backoff) or not backoff >= 0:
+        if not is_real(backoff) or not backoff >= 0:
             raise ConfigError(f"backoff must be a non-negative number of seconds, got {backoff!r}")
-        if not _is_real(unrelated_cosine) or not 0.0 <= unrelated_cosine < 1.0:
+        if not is_real(unrelated_cosine) or not 0.0 <= unrelated_cosine < 1.0:
             raise ConfigError(f"unrelated_cosine must be a number in [0, 1), got {unrelated_cosine!r}")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ConfigError("name must be a non-empty string or None")
@@ -156,6 +146,12 @@ class OpenAICompatibleEmbedder:
         self._retries = retries
         self._backoff = float(backoff)
         self._sleep = sleep
+        self._http = JsonEndpoint(
+            self._url, self._shown, key=api_key, timeout=self._timeout, retries=retries, backoff=self._backoff,
+            sleep=sleep, error=self._error,
+            not_found="base_url should end at /v1 (requests go to base_url + '/embeddings'), "
+            f"and the server must have the model (Ollama: ollama pull {model})",
+        )  # fmt: skip
         self._name = name or (f"openai-compat:{model}" + (f"@{dimensions}" if dimensions else ""))
         #: see `engramdb.embeddings.base`; 0 unless given
         self.unrelated_cosine = float(unrelated_cosine)
@@ -235,60 +231,17 @@ class OpenAICompatibleEmbedder:
         body: dict[str, Any] = {"model": self._model, "input": batch, "encoding_format": "float"}
         if self._dimensions is not None:
             body["dimensions"] = self._dimensions
-        payload = self._post(body)
+        payload = self._http.post(body)
         return self._parse(payload, len(batch))
-
-    def _post(self, body: dict[str, Any]) -> bytes:
-        """POST `body` to the endpoint, retrying what may pass; the response body."""
-        data = json.dumps(body).encode("utf-8")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._key is not None:
-            headers["Authorization"] = f"Bearer {self._key}"
-        for attempt in range(self._retries + 1):
-            last = attempt == self._retries
-            wait = self._backoff * 2**attempt
-            request = urllib.request.Request(self._url, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                    raw: bytes = response.read()
-                    return raw
-            except urllib.error.HTTPError as exc:
-                status, said, retry_after = exc.code, _server_said(exc), exc.headers.get("Retry-After")
-                exc.close()
-                if status in _RETRIED and not last:
-                    self._sleep(_retry_after(retry_after, wait))
-                    continue
-                raise self._http_error(status, said, attempts=attempt + 1) from None
-            except OSError as exc:  # URLError, refused or reset connections, timeouts
-                if not last:
-                    self._sleep(wait)
-                    continue
-                tries = f" ({attempt + 1} tries)" if attempt else ""
-                raise self._error(_unreachable(exc, self._timeout) + tries) from None
-        raise AssertionError("unreachable: the last try returns or raises")
-
-    def _http_error(self, status: int, said: str, *, attempts: int) -> EmbedderError:
-        quoted = f"; the server said: {said}" if said else ""
-        if status in (401, 403):
-            key = "the API key was refused" if self._key is not None else "it wants an API key and none was given"
-            return self._error(f"answered HTTP {status}: {key} (pass api_key= or api_key_env=){quoted}", status)
-        if status == 404:
-            return self._error(
-                "answered HTTP 404: base_url should end at /v1 (requests go to base_url + '/embeddings'), "
-                f"and the server must have the model (Ollama: ollama pull {self._model}){quoted}",
-                status,
-            )
-        tries = f" after {attempts} tries" if attempts > 1 else ""
-        return self._error(f"answered HTTP {status}{tries}{quoted}", status)
 
     def _parse(self, raw: bytes, count: int) -> npt.NDArray[np.float64]:
         try:
             payload = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
-            raise self._error(f"answered with something that is not JSON: {_quote(raw)}") from None
+            raise self._error(f"answered with something that is not JSON: {quote(raw)}") from None
         data = payload.get("data") if isinstance(payload, dict) else None
         if not isinstance(data, list):
-            raise self._error(f'answered without a "data" list of embeddings: {_quote(raw)}')
+            raise self._error(f'answered without a "data" list of embeddings: {quote(raw)}')
         if len(data) != count:
             raise self._error(f"returned {len(data)} embeddings for {count} texts")
         if not all(isinstance(item, dict) for item in data):
@@ -296,7 +249,7 @@ class OpenAICompatibleEmbedder:
         indexes = [item.get("index") for item in data]
         if all(i is None for i in indexes):
             order = list(range(count))  # a server that omits "index" answers in order
-        elif sorted(i for i in indexes if _is_int(i)) == list(range(count)):
+        elif sorted(i for i in indexes if is_int(i)) == list(range(count)):
             order = [int(i) for i in indexes if i is not None]
         else:
             raise self._error(f'returned "index" values {indexes[:10]} that are not 0..{count - 1} each once')
@@ -314,7 +267,7 @@ class OpenAICompatibleEmbedder:
                 vector = np.frombuffer(base64.b64decode(embedding, validate=True), dtype="<f4").astype(np.float64)
             except ValueError:
                 raise self._error(f"returned embedding {position} as a string that is not base64 float32") from None
-        elif isinstance(embedding, list) and all(_is_real(x) for x in embedding):
+        elif isinstance(embedding, list) and all(is_real(x) for x in embedding):
             try:
                 vector = np.asarray(embedding, dtype=np.float64)
             except OverflowError:  # an integer past float64's range
@@ -331,69 +284,3 @@ class OpenAICompatibleEmbedder:
         return EmbedderError(
             f"the embedding endpoint {self._shown} (model {self._model!r}) {what}", self._shown, status
         )
-
-
-def _unreachable(exc: BaseException, timeout: float) -> str:
-    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, (TimeoutError, socket.timeout)):
-        return f"did not answer within {timeout:g} s (a slow model? raise timeout=)"
-    if isinstance(reason, ConnectionRefusedError):
-        return "is not reachable: the connection was refused (is the server running, at that host and port?)"
-    if isinstance(reason, socket.gaierror):
-        return f"is not reachable: its host name does not resolve ({reason})"
-    return f"is not reachable: {reason}"
-
-
-def _server_said(exc: urllib.error.HTTPError) -> str:
-    """The error message of an HTTP error's body (OpenAI's ``{"error": {"message": ...}}``)."""
-    try:
-        raw = exc.read()
-    except OSError:
-        return ""
-    try:
-        payload = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return _quote(raw) if raw.strip() else ""
-    error = payload.get("error", payload) if isinstance(payload, dict) else payload
-    message = error.get("message", error) if isinstance(error, dict) else error
-    return _quote(message if isinstance(message, str) else json.dumps(message))
-
-
-def _retry_after(header: str | None, default: float) -> float:
-    try:
-        seconds = float(header) if header is not None else default
-    except ValueError:  # an HTTP date: rare for these servers; keep the backoff
-        return default
-    return min(max(seconds, 0.0), _MAX_RETRY_AFTER) if math.isfinite(seconds) else default
-
-
-def _endpoint(base_url: object) -> tuple[str, str]:
-    """The endpoint URL, and the same without its query (which may hold a key) for messages."""
-    if not isinstance(base_url, str):
-        raise ConfigError(f"base_url must be a URL string, got {type(base_url).__name__}")
-    parts = urllib.parse.urlsplit(base_url.strip())
-    if "@" in parts.netloc:  # never echoed: it holds a password
-        raise ConfigError("base_url must not carry credentials (user:password@host); pass api_key= or api_key_env=")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        shown = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-        raise ConfigError(
-            f"base_url must be an http(s) URL ending at /v1, e.g. http://localhost:11434/v1; got {shown!r}"
-        )
-    path = parts.path.rstrip("/") + "/embeddings"
-    url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-    return url, urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-
-
-def _quote(text: object) -> str:
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    s = " ".join(str(text).split())
-    return repr(s if len(s) <= _QUOTE else s[:_QUOTE] + "…")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

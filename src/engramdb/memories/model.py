@@ -132,6 +132,7 @@ class Components:
     entity: float = 0.0  # 1 when the query names one of the memory's entities, else 0
     ctx: float = 0.0  # temporal context: the best candidate's rel, faded by how far apart in time they were made
     dated: float = 0.0  # 1 when the query asks when and the memory holds a time expression, else 0
+    rerank: float = 0.0  # the reranker's score in [0, 1]; 0 without a reranker or when it did not score this one
 
 
 @dataclass(frozen=True, slots=True)

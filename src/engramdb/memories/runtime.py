@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from engramdb.errors import MissingExtra
 from engramdb.memories.forgetting import ForgettingPolicy, fill_lifecycle, with_lifecycle
-from engramdb.memories.model import DEFAULT_LIMITS, Limits, Memory, Principal
+from engramdb.memories.model import DEFAULT_LIMITS, Confidentiality, Limits, Memory, Principal
 from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.lexical_channel import LexicalChannel
@@ -23,7 +23,7 @@ from engramdb.retrieval.slots import TenantSlots
 from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET, CachePair, TenantCaches, WholeStore
 
 if TYPE_CHECKING:
-    from engramdb.embeddings.base import Embedder
+    from engramdb.embeddings.base import Embedder, Reranker
     from engramdb.retrieval.vector_channel import VectorChannel
     from engramdb.storage.ports import Backend
     from engramdb.vectors.base import VectorIndex
@@ -65,8 +65,12 @@ class Runtime:
         vector_file: bool,
         limits: Limits | None = None,
         cache_budget: int | None = DEFAULT_BUDGET,
+        reranker: Reranker | None = None,
+        rerank_cap: Confidentiality = Confidentiality.RESTRICTED,
     ) -> None:
         self.store = store
+        #: the second stage of recall, and the most confidential memory it is sent
+        self.reranker, self.rerank_cap = reranker, rerank_cap
         #: bytes the caches of tenants other than the one in use may hold (a store with
         #: `Backend.caches_by_tenant`; see `engramdb.retrieval.tenant_caches`)
         self.cache_budget = cache_budget
@@ -111,6 +115,7 @@ class Runtime:
                 recaller = Recaller(self.store, self.clock, self.scoring, embedder, caches)
                 recaller.annotate = self.annotate_read
                 recaller.limits = self.limits
+                recaller.reranker, recaller.rerank_cap = self.reranker, self.rerank_cap
                 self._parts = (embedder, caches, recaller)
             return self._parts
 

@@ -119,8 +119,15 @@ class ScoringConfig:
     #: relevant-enough hit ranks above every other, and recency, importance, the lifts and
     #: spreading reorder hits only within those two tiers. So a hit of relevance 0 never outranks
     #: one above 0, whatever the share (0 = only that). Measured on LoCoMo train/validation and
-    #: LongMemEval dev (benchmarks/results/relevance_tiers.json).
+    #: LongMemEval dev (benchmarks/results/ablate_both.json).
     relevant_share: float = 0.0
+    #: prior: with a reranker (`DynamicMemoryEngine(reranker=...)`), how many of the candidates,
+    #: the most relevant first, it scores before ACT-R (its latency grows with this)
+    rerank_top: int = 30
+    #: prior: the reranker's share of relevance: each candidate's relevance (the ranking's ``rel``
+    #: and the absolute `Hit.relevance`) becomes ``(1 - w) * first stage + w * reranker score``, and
+    #: a candidate it did not score counts 0 for it; 1 = the reranker's judgement alone
+    rerank_weight: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -147,6 +154,11 @@ class ScoringConfig:
             raise ConfigError(f"ScoringConfig.ctx_tau must be > 0 (seconds), got {self.ctx_tau!r}")
         if not 0 <= self.relevant_share <= 1:
             raise ConfigError(f"ScoringConfig.relevant_share must be in [0, 1], got {self.relevant_share!r}")
+        if self.rerank_top < 1 or not 0 <= self.rerank_weight <= 1:
+            raise ConfigError(
+                f"ScoringConfig: rerank_top must be >= 1 and rerank_weight in [0, 1], got {self.rerank_top!r} "
+                f"and {self.rerank_weight!r}"
+            )
         if self.hops < 0 or self.fanout < 0 or self.ring_size < 1 or self.candidates < 1:
             raise ConfigError("ScoringConfig: hops, fanout must be >= 0; ring_size, candidates >= 1")
 

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.errors import ValidationError
+from engramdb.errors import RerankerError, ValidationError
 from engramdb.memories import scoring
 from engramdb.memories.access import log_accesses
 from engramdb.memories.model import (
     DEFAULT_LIMITS,
     Channel,
     Components,
+    Confidentiality,
     EdgeType,
     Limits,
     Memory,
@@ -47,7 +48,7 @@ from engramdb.retrieval.when import TimeWindow, When, resolve_when
 from engramdb.storage.ports import RecallRecord, Touch
 
 if TYPE_CHECKING:
-    from engramdb.embeddings.base import Embedder
+    from engramdb.embeddings.base import Embedder, Reranker
     from engramdb.retrieval.lexical_channel import LexicalChannel
     from engramdb.retrieval.tenant_caches import CachePair, TenantCaches, WholeStore
     from engramdb.retrieval.vector_channel import VectorChannel
@@ -78,6 +79,7 @@ class _Cand:
     imp: float
     score: float
     relevance: float
+    rerank: float
     memory: Memory | None = None
     name: tuple[str, str] | None = None  # (id, title) of a near miss, which is not read in full
     comps: Components | None = None  # made once: the hit, its explanation and its access row share it
@@ -107,6 +109,7 @@ class _Cand:
             self.entity,
             self.ctx,
             self.dated,
+            self.rerank,
         )
         return self.comps
 
@@ -138,6 +141,7 @@ class _Pool:
         "rec",
         "rel",
         "relevance",
+        "rerank",
         "rings",
         "score",
         "spread",
@@ -154,7 +158,7 @@ class _Pool:
         self.entity, self.coverage = f.entity.copy(), f.coverage
         zeros = np.zeros(len(self.keys), dtype=np.float64)
         self.bm25 = self.cos = self.when = self.dated = self.raw_rec = self.relevance = zeros
-        self.rel = self.rec = self.imp = self.ctx = self.base = self.spread = self.score = zeros
+        self.rel = self.rec = self.imp = self.ctx = self.base = self.spread = self.score = self.rerank = zeros
         self.lexical = self.vector = np.zeros(len(self.keys), dtype=np.bool_)
 
     def __len__(self) -> int:
@@ -170,7 +174,7 @@ class _Pool:
         """The candidates at `rows` (positions in these columns), as `_Cand`s: one gather per column."""
         cols = (
             self.cos, self.cue, self.bm25, self.when, self.entity, self.ctx, self.dated, self.lexical, self.vector, self.spread,
-            self.rel, self.rec, self.imp, self.score, self.relevance,
+            self.rel, self.rec, self.imp, self.score, self.relevance, self.rerank,
         )  # fmt: skip
         keys = self.keys
         return [
@@ -197,6 +201,10 @@ class Recaller:
         self.annotate: Callable[[Memory, float], Memory] = lambda m, _now: m
         #: the largest query taken; set by the engine
         self.limits: Limits = DEFAULT_LIMITS
+        #: the second stage (`engramdb.embeddings.rerank.Reranker`), and the most confidential
+        #: memory whose text it is sent; set by the engine
+        self.reranker: Reranker | None = None
+        self.rerank_cap: Confidentiality = Confidentiality.RESTRICTED
         # Made once per config, not per recall: `replace` re-validates every field (~70 µs a recall).
         self._made_for: scoring.ScoringConfig | None = None
         self._weights: dict[str, float] = {}
@@ -218,7 +226,10 @@ class Recaller:
 
     def _weights_now(self) -> dict[str, float]:
         self._constants()
-        return dict(self._weights)  # a copy: the caller's Explanation may be changed
+        weights = dict(self._weights)  # a copy: the caller's Explanation may be changed
+        if self.reranker is not None:
+            weights.update(rerank_top=float(self.config.rerank_top), rerank_weight=self.config.rerank_weight)
+        return weights
 
     def _with_hops(self, hops: int) -> scoring.ScoringConfig:
         """The scoring config with `hops` (the recall's own; the config's is not read by recall)."""
@@ -363,6 +374,8 @@ class Recaller:
             self._dated(pair, cands)
         self._features(pair, cands, qvec, vector, now, windows)
         bounds = self._normalise(cands)
+        if self.reranker is not None:
+            self._rerank(self.reranker, query, cands, vis)
         # The candidates, by their rel, are the anchors of the temporal context (themselves included).
         anchors = (cands.n, cands.created, cands.rel)
         self._weigh(cands, anchors)
@@ -383,6 +396,9 @@ class Recaller:
                 self._dated(pair, fresh)
             self._features(pair, fresh, qvec, {}, now, windows)
             self._normalise(fresh, bounds)
+            if self.reranker is not None:  # not among those it scored: 0 for its share
+                fresh.rel = fresh.rel * (1.0 - cfg.rerank_weight)
+                fresh.relevance = fresh.relevance * (1.0 - cfg.rerank_weight)
             self._weigh(fresh, anchors)
             cands.extend(fresh)
         cands.spread = np.fromiter((spread.get(n, 0.0) for n in cands.keys), dtype=np.float64, count=len(cands))
@@ -440,6 +456,48 @@ class Recaller:
             self._log(pair, explanation, top, vis, channel, trace_ref, now, types)
         note = _shortfall(k, len(hits), pooled, len(order), min_relevance, cfg)
         return Recall(query, hits, recall_id, now, note), explanation
+
+    def _rerank(self, reranker: Reranker, query: str, cands: _Pool, vis: Visibility) -> None:
+        """The second stage: the reranker scores the `rerank_top` candidates of the highest rel
+        (ties by key), and relevance — rel, which ranks, and the absolute `relevance` — becomes
+        ``(1 - w) * its own + w * the score`` (0 for a candidate not scored). A memory above
+        `rerank_cap` is not sent: its own rel and relevance stand in for the score."""
+        cfg = self.config
+        if not len(cands):
+            return
+        top = np.lexsort((cands.n, -cands.rel))[: cfg.rerank_top]
+        keys = [cands.keys[i] for i in top.tolist()]
+        full = self.store.memories.many(vis, keys)
+        sent: list[int] = []
+        texts: list[str] = []
+        kept: list[int] = []
+        for i, n in zip(top.tolist(), keys, strict=True):
+            m = full.get(n)
+            if m is not None and m.confidentiality <= self.rerank_cap:
+                sent.append(i)
+                texts.append(m.content)
+            else:
+                kept.append(i)
+        scored = np.zeros(len(cands), dtype=np.float64)
+        if sent:
+            got = list(reranker.score(query, texts))
+            if len(got) != len(sent) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x <= 1.0 for x in got
+            ):
+                raise RerankerError(
+                    f"the reranker {reranker.name!r} returned {len(got)} scores for {len(sent)} texts, or a score "
+                    "that is not a number in [0, 1] (a Reranker returns one score in [0, 1] per text, in order)",
+                    reranker.name,
+                )
+            scored[np.asarray(sent, dtype=np.intp)] = np.asarray(got, dtype=np.float64)
+        cands.rerank = scored.copy()
+        w = cfg.rerank_weight
+        for_rel, for_relevance = scored, scored.copy()
+        if kept:
+            at = np.asarray(kept, dtype=np.intp)
+            for_rel[at], for_relevance[at] = cands.rel[at], cands.relevance[at]
+        cands.rel = (1.0 - w) * cands.rel + w * for_rel
+        cands.relevance = (1.0 - w) * cands.relevance + w * for_relevance
 
     def _features(
         self,

@@ -117,6 +117,12 @@ class StaticEmbedder:
         """Vector dimension (384 for the shipped model)."""
         return int(self._vectors.shape[1])
 
+    def table(self) -> npt.NDArray[np.float32]:
+        """The token table as float32 ``(vocab_size, dim)`` (the int8 rows times their scales; a new
+        array of ~47 MB for the shipped model)."""
+        table: npt.NDArray[np.float32] = self._vectors.astype(np.float32) * self._scales[:, None]
+        return table
+
     @property
     def tokenizer(self) -> WordPieceTokenizer:
         """The WordPiece tokenizer whose ids index the table."""

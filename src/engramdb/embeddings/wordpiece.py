@@ -88,6 +88,8 @@ class WordPieceTokenizer:
         if unk_token not in self._vocab:
             raise ValueError(f"unknown token {unk_token!r} is not in the vocabulary")
         self.unk_id: int = self._vocab[unk_token]
+        #: the token a word that cannot be split becomes
+        self.unk_token = unk_token
         self._max_chars = max_input_chars_per_word
         self._cache: dict[str, tuple[int, ...]] = {}
 
@@ -95,6 +97,15 @@ class WordPieceTokenizer:
     def vocab_size(self) -> int:
         """Number of ids in the vocabulary (one more than the largest id)."""
         return len(self._tokens)
+
+    @property
+    def max_input_chars_per_word(self) -> int:
+        """Words longer than this (in code points) become `unk_token`."""
+        return self._max_chars
+
+    def vocabulary(self) -> list[str]:
+        """The tokens in id order (a copy)."""
+        return list(self._tokens)
 
     def token_id(self, token: str) -> int | None:
         """The id of a vocabulary token (``"##ing"`` for a continuation piece), or None."""

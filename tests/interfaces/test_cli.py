@@ -260,3 +260,59 @@ def test_export_reports_progress_by_lines(tmp_path: Path, monkeypatch: pytest.Mo
     assert support is not None
     out = _json(_run(db, "--json", "export", str(tmp_path / "out.jsonl")))
     assert heard[0] == ("export", 0, out["lines"]) and heard[-1] == ("export", out["lines"], out["lines"])  # type: ignore[index]
+
+
+def test_model_adapters_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--embedder and --reranker name the adapters; a wrong form is refused (3), a server that
+    fails is a store-side failure (5), and a working reranker decides the order."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    db = tmp_path / "m.db"
+    for args, code, said in (
+        (["--embedder", "bogus"], Exit.REFUSED, "is none of: default, hashing"),
+        (["--embedder", "openai-compat:nomic-embed-text"], Exit.REFUSED, "MODEL@BASE_URL"),
+        (["--embedder", "fastembed:nobody/no-such-model"], Exit.REFUSED, "not one of fastembed's text models"),
+        (["--reranker", "cohere"], Exit.REFUSED, "is none of: none, fastembed:MODEL"),
+        (["--embedder", "openai-compat:m@http://127.0.0.1:9/v1"], Exit.BACKEND, "connection was refused"),
+    ):
+        r = _run(db, *args, "remember", "Dana owns the grammar spec")
+        assert (r.exit_code, said in r.stderr) == (code, True), r.stderr
+    for text in ("Dana owns the grammar spec", "The grammar tests are flaky", "Grammar lunch is on Friday"):
+        assert _run(db, "remember", text).exit_code == 0
+
+    plain = _json(_run(db, "--json", "recall", "grammar", "-k", "3"))
+    assert isinstance(plain, dict) and plain["hits"][0]["memory"]["content"] != "Grammar lunch is on Friday"
+    asked: list[dict[str, object]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked.append(body)
+            docs = body["documents"]
+            out = {"results": [{"index": i, "relevance_score": 0.9 if "lunch" in d else 0.1} for i, d in enumerate(docs)]}
+            raw = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        hits = _json(_run(db, "--json", "--reranker", f"http:bge-reranker@{url}", "recall", "grammar", "-k", "3"))
+        assert isinstance(hits, dict)
+        assert hits["hits"][0]["memory"]["content"] == "Grammar lunch is on Friday"
+        assert asked and asked[0]["model"] == "bge-reranker" and asked[0]["query"] == "grammar"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    down = _run(db, "--reranker", "http:m@http://127.0.0.1:9/v1", "recall", "grammar")
+    assert down.exit_code == Exit.BACKEND and "rerank endpoint" in down.stderr

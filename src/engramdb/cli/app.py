@@ -17,7 +17,19 @@ from typing import Any
 
 import click
 
-from engramdb.cli.support import EMBEDDERS, Settings, emit, fail, jsonable, parse_location, progress_bars, settings
+from engramdb.cli.support import (
+    EMBEDDER_FORMS,
+    EMBEDDER_KEY_ENV,
+    RERANKER_FORMS,
+    RERANKER_KEY_ENV,
+    Settings,
+    emit,
+    fail,
+    jsonable,
+    parse_location,
+    progress_bars,
+    settings,
+)
 from engramdb.errors import ConfigError, MissingExtra, NotFound, ValidationError
 from engramdb.memories.model import Confidentiality, EdgeType, Memory, MemoryType, TodoStatus
 from engramdb.observability import otel
@@ -120,11 +132,17 @@ class _Group(click.Group):
 )
 @click.option(
     "--embedder",
-    type=click.Choice(EMBEDDERS),
     envvar="ENGRAMDB_EMBEDDER",
     default="default",
     show_default=True,
-    help="Memory embedder: the shipped static model, hashing, fake (tests) or none [env ENGRAMDB_EMBEDDER].",
+    help=f"Memory embedder: {EMBEDDER_FORMS} (a server's key from {EMBEDDER_KEY_ENV}) [env ENGRAMDB_EMBEDDER].",
+)
+@click.option(
+    "--reranker",
+    envvar="ENGRAMDB_RERANKER",
+    default="none",
+    show_default=True,
+    help=f"Recall's second stage: {RERANKER_FORMS} (a server's key from {RERANKER_KEY_ENV}) [env ENGRAMDB_RERANKER].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of text.")
 @click.option(
@@ -139,6 +157,7 @@ def cli(
     tenant: str,
     cap: str,
     embedder: str,
+    reranker: str,
     as_json: bool,
     progress: bool,
 ) -> None:
@@ -147,7 +166,7 @@ def cli(
     Exit codes: 0 ok, 1 unexpected failure, 2 bad command line, 3 refused (invalid request,
     scope or limit), 4 not found, 5 store or missing optional package.
     """
-    s = Settings(db, agent_id, tenant, Confidentiality[cap.upper()], embedder, as_json, progress)
+    s = Settings(db, agent_id, tenant, Confidentiality[cap.upper()], embedder, as_json, progress, reranker)
     ctx.obj = s
     ctx.call_on_close(s.close)
 

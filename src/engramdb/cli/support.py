@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
     from engramdb.agent import Agent
-    from engramdb.embeddings.base import Embedder
+    from engramdb.embeddings.base import Embedder, Reranker
     from engramdb.engine import DynamicMemoryEngine
 
 
@@ -36,22 +36,76 @@ class Exit(enum.IntEnum):
     BACKEND = 5  # the store or an optional package failed (EngineFailure)
 
 
-EMBEDDERS = ("default", "hashing", "fake", "none")
+#: the forms of ``--embedder``
+EMBEDDER_FORMS = "default, hashing, none, fake (tests), fastembed:MODEL or openai-compat:MODEL@BASE_URL"
+#: the forms of ``--reranker``
+RERANKER_FORMS = "none, fastembed:MODEL, http:MODEL@BASE_URL, llamacpp:MODEL@BASE_URL or tei@URL"
+#: where the CLI reads the key of an embedding or rerank server, when it is set
+EMBEDDER_KEY_ENV, RERANKER_KEY_ENV = "ENGRAMDB_EMBEDDER_API_KEY", "ENGRAMDB_RERANKER_API_KEY"
 
 
-def make_embedder(name: str) -> Embedder | str | None:
-    """The memory embedder a ``--embedder`` name stands for."""
-    if name == "default":
+def _model_at(spec: str, kind: str, forms: str) -> tuple[str, str]:
+    """``MODEL@URL`` (the model may hold ``/`` and ``:``; the URL starts at the last ``@http``)."""
+    body = spec.split(":", 1)[1]
+    model, at, url = body.rpartition("@")
+    if not at or not model or not url.startswith(("http://", "https://")):
+        raise ValidationError(
+            f"{kind} {spec!r}: write MODEL@BASE_URL, e.g. nomic-embed-text@http://localhost:11434/v1 ({forms})"
+        )
+    return model, url
+
+
+def _key(env: str) -> str | None:
+    """`env` when it holds a key (the client reads it there), else None: a local server needs none."""
+    import os
+
+    return env if os.environ.get(env) else None
+
+
+def make_embedder(spec: str) -> Embedder | str | None:
+    """The memory embedder a ``--embedder`` value stands for (see `EMBEDDER_FORMS`)."""
+    if spec == "default":
         return "default"
-    if name == "none":
+    if spec == "none":
         return None
-    if name == "hashing":
+    if spec == "hashing":
         from engramdb.embeddings.hashing import HashingEmbedder
 
         return HashingEmbedder()
-    from engramdb.testing import fake_embedder
+    if spec == "fake":
+        from engramdb.testing import fake_embedder
 
-    return fake_embedder()
+        return fake_embedder()
+    if spec.startswith("fastembed:") and spec.removeprefix("fastembed:"):
+        from engramdb.embeddings.fastembed import FastEmbedEmbedder
+
+        return FastEmbedEmbedder(spec.removeprefix("fastembed:"))
+    if spec.startswith("openai-compat:"):
+        from engramdb.embeddings.openai_compat import OpenAICompatibleEmbedder
+
+        model, url = _model_at(spec, "--embedder", EMBEDDER_FORMS)
+        return OpenAICompatibleEmbedder(url, model, api_key_env=_key(EMBEDDER_KEY_ENV))
+    raise ValidationError(f"--embedder {spec!r} is none of: {EMBEDDER_FORMS}")
+
+
+def make_reranker(spec: str) -> Reranker | None:
+    """The reranker a ``--reranker`` value stands for (see `RERANKER_FORMS`)."""
+    if spec == "none":
+        return None
+    if spec.startswith("fastembed:") and spec.removeprefix("fastembed:"):
+        from engramdb.embeddings.fastembed import FastEmbedReranker
+
+        return FastEmbedReranker(spec.removeprefix("fastembed:"))
+    from engramdb.embeddings.rerank import HttpReranker
+
+    if spec.startswith("tei@"):
+        return HttpReranker(spec.removeprefix("tei@"), api="tei", api_key_env=_key(RERANKER_KEY_ENV))
+    if spec.startswith(("http:", "llamacpp:")):
+        model, url = _model_at(spec, "--reranker", RERANKER_FORMS)
+        if spec.startswith("llamacpp:"):  # the llama.cpp server answers a cross-encoder's raw logits
+            return HttpReranker(url, model, scores="logit", api_key_env=_key(RERANKER_KEY_ENV))
+        return HttpReranker(url, model, api_key_env=_key(RERANKER_KEY_ENV))
+    raise ValidationError(f"--reranker {spec!r} is none of: {RERANKER_FORMS}")
 
 
 def parse_location(db: str) -> Path | str:
@@ -82,6 +136,7 @@ class Settings:
     embedder: str
     as_json: bool
     progress: bool
+    reranker: str = "none"
     _engine: DynamicMemoryEngine | None = field(default=None, repr=False)
 
     def engine(self) -> DynamicMemoryEngine:
@@ -90,7 +145,11 @@ class Settings:
                 raise click.UsageError("no store given: pass --db PATH or set ENGRAMDB_URL")
             from engramdb.engine import DynamicMemoryEngine
 
-            self._engine = DynamicMemoryEngine(parse_location(self.db), memory_embedder=make_embedder(self.embedder))
+            self._engine = DynamicMemoryEngine(
+                parse_location(self.db),
+                memory_embedder=make_embedder(self.embedder),
+                reranker=make_reranker(self.reranker),
+            )
         return self._engine
 
     def agent(self) -> Agent:

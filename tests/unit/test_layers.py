@@ -61,6 +61,7 @@ LAYERS: dict[str, int] = {
     "engramdb.embeddings.http": ADAPTERS,
     "engramdb.embeddings.rerank": ADAPTERS,
     "engramdb.embeddings.fastembed": ADAPTERS,
+    "engramdb.embeddings.sentence_transformers": ADAPTERS,
     "engramdb.embeddings.static": ADAPTERS,
     "engramdb.embeddings.wordpiece": ADAPTERS,
     "engramdb.vectors.exact": ADAPTERS,

@@ -78,7 +78,7 @@ def test_a_tenant_ranks_as_it_would_alone_in_its_own_store(
             assert got == _ranked(alone, "solo", query), query
 
 
-@pytest.mark.parametrize("budget", [None, 1])
+@pytest.mark.parametrize("budget", [None, 20_000])
 def test_only_the_tenants_served_are_loaded_and_the_budget_drops_the_least_recent(
     make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock, budget: int | None
 ) -> None:
@@ -97,9 +97,10 @@ def test_only_the_tenants_served_are_loaded_and_the_budget_drops_the_least_recen
     stats = caches.stats()
     if budget is None:
         assert stats.held == ("acme", "globex") and stats.evictions == 0
-    else:  # one byte: only the tenant in use stays
+    else:  # room for one tenant's 8 rows at 2 KiB each, not two tenants' caches: the least recent goes
         assert stats.held == ("globex",) and stats.evictions == 1
         assert stats.nbytes > budget  # the tenant served is held even past the budget
+        assert stats.served_too_large == 0
     # Dropped or not, acme answers as before (a dropped tenant loads again).
     assert {q: _ranked(engine, "acme", q) for q in QUERIES} == before
     assert "initech" not in caches.stats().held

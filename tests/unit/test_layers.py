@@ -85,6 +85,7 @@ LAYERS: dict[str, int] = {
     "engramdb.retrieval.lexical_channel": SERVICES,
     "engramdb.retrieval.slots": SERVICES,
     "engramdb.retrieval.tenant_caches": SERVICES,
+    "engramdb.retrieval.server_channels": SERVICES,
     "engramdb.retrieval.vector_channel": SERVICES,
     "engramdb.retrieval.side_files": SERVICES,
     "engramdb.retrieval.retriever": SERVICES,

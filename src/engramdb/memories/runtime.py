@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from engramdb.errors import MissingExtra
@@ -19,6 +20,7 @@ from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.lexical_channel import LexicalChannel
 from engramdb.retrieval.recall import DEFAULT_TENANT, Recaller
+from engramdb.retrieval.server_channels import server_pair
 from engramdb.retrieval.slots import TenantSlots
 from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET, CachePair, TenantCaches, WholeStore
 
@@ -109,7 +111,13 @@ class Runtime:
                     embedder = self._choice
                 caches: TenantCaches | WholeStore
                 if self.store.caches_by_tenant:
-                    caches = TenantCaches(lambda tenant: self._pair(embedder, tenant), self.cache_budget)
+                    index = self.store.server_index
+                    caches = TenantCaches(
+                        lambda tenant: self._pair(embedder, tenant),
+                        self.cache_budget,
+                        server=None if index is None else partial(server_pair, index, embedder=embedder),
+                        size_of=None if index is None else index.size,
+                    )
                 else:
                     caches = WholeStore(self._pair(embedder, None))
                 recaller = Recaller(self.store, self.clock, self.scoring, embedder, caches)

@@ -228,6 +228,16 @@ class LexicalChannel:
         """True when this index came from the side file rather than from every stored row."""
         return self._restored
 
+    @property
+    def loaded(self) -> bool:
+        """True once a first refresh has read the store (this cache can answer)."""
+        return self._seen >= 0
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock a refresh holds while it reads (held by a first load the whole time)."""
+        return self._lock
+
     def refresh(self, store: Backend, latest: int | None = None) -> None:
         """Load whatever changed since the last refresh (cheap when nothing did). `latest` is the
         store's change sequence when the caller has just read it (`ChangeSequence.current`; a
@@ -341,7 +351,7 @@ class LexicalChannel:
         ring = self._ring
         for r in rows:
             ring[r[0]] = r[11]
-        texts = [_indexed(r[8], r[16]) for r in rows]
+        texts = [indexed_terms(r[8], r[16]) for r in rows]
         sigs = np.fromiter((hash(t) for t in texts), dtype=np.int64, count=len(rows))
         moved = np.flatnonzero(sigs != self._sig[keys])  # an access or a score changed, not the text
         if not len(moved):
@@ -886,7 +896,7 @@ class LexicalChannel:
         )
 
 
-def _indexed(terms: str, entities: str | None) -> str:
+def indexed_terms(terms: str, entities: str | None) -> str:
     """What the index holds of a row: its stems, and its entities as marked tokens."""
     if not entities or entities == "[]":
         return terms

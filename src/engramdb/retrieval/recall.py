@@ -50,6 +50,7 @@ from engramdb.storage.ports import RecallRecord, Touch
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder, Reranker
     from engramdb.retrieval.lexical_channel import LexicalChannel
+    from engramdb.retrieval.server_channels import ServerPair
     from engramdb.retrieval.tenant_caches import CachePair, TenantCaches, WholeStore
     from engramdb.retrieval.vector_channel import VectorChannel
     from engramdb.storage.ports import Backend
@@ -243,7 +244,7 @@ class Recaller:
 
     def _candidates(
         self,
-        pair: CachePair,
+        pair: CachePair | ServerPair,
         ns: Sequence[int],
         vis: Visibility,
         types: frozenset[str] | None,
@@ -261,7 +262,7 @@ class Recaller:
         return {n: tuple(f"contradicted by {other}: {preview}" for other, preview in v) for n, v in found.items()}
 
     def _neighbours(
-        self, pair: CachePair, vis: Visibility, types: frozenset[str] | None = None
+        self, pair: CachePair | ServerPair, vis: Visibility, types: frozenset[str] | None = None
     ) -> scoring.Neighbours[int]:
         edges, lexical, window = self.store.edges, pair.lexical, self.config.sequence_window
 
@@ -341,7 +342,9 @@ class Recaller:
         store = self.store
         qstems = list(dict.fromkeys(stem(w) for w in kws))
         qents = query_entity_tokens(query) if cfg.w_entity else []
-        pair = self.caches.of(vis.tenant)
+        # A tenant's caches, or the server's exact answer for a tenant too large for the budget
+        # or being loaded by another thread (`TenantCaches.for_recall`): the same ranking.
+        pair = self.caches.for_recall(vis.tenant)
         vchannel = pair.vectors
         latest = store.changes.current(vis.tenant)  # once for both caches (~20 us a read inside a recall)
         if vchannel is not None and self.embedder is not None:
@@ -501,7 +504,7 @@ class Recaller:
 
     def _features(
         self,
-        pair: CachePair,
+        pair: CachePair | ServerPair,
         cands: _Pool,
         qvec: Any,
         vector: dict[int, float],
@@ -577,14 +580,14 @@ class Recaller:
             dtype=np.float64,
         )
 
-    def _dated(self, pair: CachePair, cands: _Pool) -> None:
+    def _dated(self, pair: CachePair | ServerPair, cands: _Pool) -> None:
         """`dated` = 1 for the candidates whose text holds a time expression (`keywords.TIME_WORDS`)."""
         held = pair.lexical.holding(cands.keys, TIME_WORDS)
         cands.dated = np.fromiter((n in held for n in cands.keys), dtype=np.float64, count=len(cands))
 
     def _log(
         self,
-        pair: CachePair,
+        pair: CachePair | ServerPair,
         ex: Explanation,
         top: list[_Cand],
         vis: Visibility,

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from engramdb.memories.model import Visibility
     from engramdb.retrieval.lexical_channel import LexicalChannel
+    from engramdb.retrieval.server_channels import ServerLexical
 
 
 def sequence_neighbours(
-    lexical: LexicalChannel,
+    lexical: LexicalChannel | ServerLexical,
     nodes: Sequence[int],
     vis: Visibility,
     window: float,

@@ -15,6 +15,12 @@ used first, until what is held (each pair's `nbytes`, arrays with their room to 
 `budget` bytes. The tenant in use is never dropped by its own call, so a tenant larger than the
 whole budget is held alone while it is served. A pair dropped while another thread still reads it
 stays intact for that thread and is freed when it is done. None: no budget (nothing is dropped).
+
+**What is not loaded.** Given a `server` (PostgreSQL: `engramdb.retrieval.server_channels`), a
+recall (`for_recall`) does not load a tenant whose rows would not fit in the budget — its row count
+times the bytes a held row costs (measured over the pairs held, `DEFAULT_ROW_BYTES` before any) —
+and does not wait for a cache another thread is loading: both are answered exactly by the server,
+holding nothing. A tenant that fits is loaded by its first recall, as before.
 """
 
 from __future__ import annotations
@@ -29,10 +35,16 @@ from engramdb.retrieval.lexical_channel import LexicalChannel
 from engramdb.retrieval.slots import Keys
 
 if TYPE_CHECKING:
+    from engramdb.retrieval.server_channels import ServerPair
     from engramdb.retrieval.vector_channel import VectorChannel
 
 #: the default budget of one process's tenant caches
 DEFAULT_BUDGET = 512 << 20
+#: what a held memory is taken to cost before any pair is held to measure it: a cache of 10,000
+#: memories with the shipped 256-dimension embedder held 1.86 KB each (benchmarks/bench_tenants.py)
+DEFAULT_ROW_BYTES = 2048
+#: rows held before their measured cost replaces `DEFAULT_ROW_BYTES`
+_MEASURE_ROWS = 1000
 
 
 @dataclass(eq=False)
@@ -48,6 +60,24 @@ class CachePair:
         held = self.lexical.nbytes() + self.slots.nbytes()
         return held + (self.vectors.nbytes() if self.vectors is not None else 0)
 
+    def rows(self) -> int:
+        """How many memories the pair holds (its slots)."""
+        return len(self.slots)
+
+    def ready(self) -> bool:
+        """True once both halves have loaded (a first refresh ran)."""
+        return self.lexical.loaded and (self.vectors is None or self.vectors.loaded)
+
+    def busy(self) -> bool:
+        """True while another thread holds either half (a load in progress, when not `ready`)."""
+        for lock in (self.lexical.lock, None if self.vectors is None else self.vectors.lock):
+            if lock is None:
+                continue
+            if not lock.acquire(blocking=False):
+                return True
+            lock.release()
+        return False
+
 
 @dataclass(frozen=True, slots=True)
 class CacheStats:
@@ -59,6 +89,9 @@ class CacheStats:
     loads: int
     evictions: int
     held: tuple[str, ...]
+    #: recalls answered by the server: of a tenant larger than the budget, of one being loaded
+    served_too_large: int = 0
+    served_while_loading: int = 0
 
 
 class WholeStore:
@@ -73,6 +106,9 @@ class WholeStore:
     def peek(self, tenant: str) -> CachePair | None:
         return self.pair
 
+    def for_recall(self, tenant: str) -> CachePair:
+        return self.pair
+
     def settle(self, tenant: str) -> None:
         """Nothing to drop: one pair."""
 
@@ -81,7 +117,14 @@ class TenantCaches:
     """A pair of caches per tenant, made by `make` at the tenant's first use, held within `budget`
     bytes (see the module docstring)."""
 
-    def __init__(self, make: Callable[[str], CachePair], budget: int | None = DEFAULT_BUDGET) -> None:
+    def __init__(
+        self,
+        make: Callable[[str], CachePair],
+        budget: int | None = DEFAULT_BUDGET,
+        *,
+        server: Callable[[str], ServerPair] | None = None,
+        size_of: Callable[[str], int] | None = None,
+    ) -> None:
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
             raise ValueError(f"the cache budget must be a whole number of bytes (0 or more) or None, got {budget!r}")
         self._make = make
@@ -92,6 +135,9 @@ class TenantCaches:
         self._sizes: dict[str, int] = {}
         self._loads = 0
         self._evictions = 0
+        self._server, self._size_of = server, size_of
+        self._too_large = 0
+        self._while_loading = 0
 
     def of(self, tenant: str) -> CachePair:
         """`tenant`'s caches (made, empty, at its first use: they load at their first refresh),
@@ -115,13 +161,48 @@ class TenantCaches:
         with self._lock:
             return self._held.get(tenant)
 
+    def for_recall(self, tenant: str) -> CachePair | ServerPair:
+        """What answers a recall of `tenant`: its caches (made and counted as used, as `of`), or,
+        given a server, the server for a tenant that would not fit in the budget or whose caches
+        another thread is loading (see the module docstring)."""
+        if self._server is None:
+            return self.of(tenant)
+        with self._lock:
+            pair = self._held.get(tenant)
+            if pair is not None:
+                self._held.move_to_end(tenant)
+        if pair is not None:
+            if pair.ready() or not pair.busy():
+                return pair
+            with self._lock:
+                self._while_loading += 1
+            return self._server(tenant)
+        if (
+            self.budget is not None
+            and self._size_of is not None
+            and self._size_of(tenant) * self.row_bytes() > self.budget
+        ):
+            with self._lock:
+                self._too_large += 1
+            return self._server(tenant)
+        return self.of(tenant)
+
+    def row_bytes(self) -> float:
+        """What a held memory costs: measured over the pairs held once they hold enough rows."""
+        with self._lock:
+            rows = sum(p.rows() for p in self._held.values())
+            held = sum(self._sizes.get(t, 0) for t in self._held)
+        return held / rows if rows >= _MEASURE_ROWS and held else float(DEFAULT_ROW_BYTES)
+
     def settle(self, tenant: str) -> None:
         """Count `tenant`'s caches as they are now, and drop others', least recently used first,
         while all of them hold more than the budget."""
         with self._lock:
             pair = self._held.get(tenant)
-            if pair is not None:
-                self._sizes[tenant] = pair.nbytes()  # (a few array sizes: cheap on every recall)
+            # (a few array sizes: cheap on every recall; not of a pair another thread is still
+            # loading, whose locks it holds: a recall the server answered must not wait for them)
+            if pair is not None and pair.ready():
+                self._sizes[tenant] = pair.nbytes()
             if self.budget is None:
                 return
             total = sum(self._sizes.get(t, 0) for t in self._held)
@@ -143,7 +224,9 @@ class TenantCaches:
                 loads=self._loads,
                 evictions=self._evictions,
                 held=tuple(self._held),
+                served_too_large=self._too_large,
+                served_while_loading=self._while_loading,
             )
 
 
-__all__ = ["DEFAULT_BUDGET", "CachePair", "CacheStats", "TenantCaches", "WholeStore"]
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_ROW_BYTES", "CachePair", "CacheStats", "TenantCaches", "WholeStore"]

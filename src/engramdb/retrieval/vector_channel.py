@@ -125,6 +125,16 @@ class VectorChannel:
         """True when this channel's index came from the side file rather than from every stored vector."""
         return self._restored
 
+    @property
+    def loaded(self) -> bool:
+        """True once a first refresh has read the store (this cache can answer)."""
+        return self._seen >= 0
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock a refresh holds while it reads (held by a first load the whole time)."""
+        return self._lock
+
     def refresh(self, store: Backend, latest: int | None = None) -> None:
         """Load whatever changed since the last refresh (cheap when nothing did). `latest` is the
         store's change sequence when the caller has just read it (`ChangeSequence.current`; a

@@ -189,6 +189,10 @@ IndexRow: TypeAlias = tuple[
     int, str, str, int, int, float | None, float | None, str, str, int, float, bytes | None, int,
     float | None, float | None, float, str,
 ]  # fmt: skip
+#: A visible memory holding a query stem, as the server answers a lexical search of a tenant no
+#: cache holds (`ServerIndex.lexical`): (key, n_tokens, created_at, the query stems it holds, the
+#: tenant's next key or None, that memory's created_at, whether the reader sees it).
+LexicalMatch: TypeAlias = tuple[int, int, float, tuple[str, ...], int | None, float | None, bool]
 #: A memory as the vector cache loads it: (key, changed, tenant, owner, confidentiality,
 #: archived, valid_from, valid_to, type, vector or None).
 VectorRow: TypeAlias = tuple[int, int, str, str, int, int, float | None, float | None, str, bytes | None]
@@ -770,6 +774,56 @@ class ExecResult(NamedTuple):
     rows: list[Row]
 
 
+class ServerIndex(Protocol):
+    """Recall's candidate reads answered by the server, exactly, for a tenant this process does not
+    cache (larger than the cache budget, or being loaded by another thread:
+    `engramdb.retrieval.server_channels`). Each read scans the tenant's rows through its index with
+    the visibility predicate (and `types`, when given) inside the statement; nothing is
+    approximate and nothing is filtered after a top-k."""
+
+    def size(self, tenant: str) -> int:
+        """How many memories `tenant` holds (archived and invisible ones too)."""
+        ...
+
+    def lexical(
+        self, vis: Visibility, types: frozenset[str] | None, stems: Sequence[str], *, successors: bool
+    ) -> tuple[int, int, list[LexicalMatch]]:
+        """(how many memories `vis` shows, the sum of their lengths — each ``max(n_tokens, 1)`` —,
+        every shown memory holding one of `stems`); with `successors`, each match's next memory
+        of the tenant by key (else None, None, False)."""
+        ...
+
+    def term_counts(
+        self, vis: Visibility, types: frozenset[str] | None, stems: Sequence[str]
+    ) -> tuple[int, dict[str, int]]:
+        """(how many memories `vis` shows, {stem: how many of them hold it})."""
+        ...
+
+    def fields(self, vis: Visibility, types: frozenset[str] | None, keys: Sequence[int]) -> list[IndexRow]:
+        """Those of memories `keys` that `vis` shows, as the lexical cache loads them (any order)."""
+        ...
+
+    def created(self, vis: Visibility, types: frozenset[str] | None, keys: Sequence[int]) -> dict[int, float]:
+        """{key: created_at} of those of `keys` that `vis` shows."""
+        ...
+
+    def beside(self, tenant: str, keys: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+        """{key: (the tenant's memory just before it by key, the one just after)} of those of
+        `keys` that exist; None where there is none."""
+        ...
+
+    def nearest(
+        self, vis: Visibility, types: frozenset[str] | None, model: str, query: bytes, k: int
+    ) -> list[tuple[int, bytes]]:
+        """(key, vector) of the `k` memories `vis` shows whose `model` vectors have the highest
+        inner product with `query` (float32 bytes), by an exact scan (no approximate index)."""
+        ...
+
+    def vectors(self, tenant: str, model: str, keys: Sequence[int]) -> dict[int, bytes]:
+        """{key: `model` vector} of those of `keys` that have one."""
+        ...
+
+
 class Backend(Protocol):
     """One store: the ports above, units of work, locks, migrations and raw-SQL scopes."""
 
@@ -815,6 +869,12 @@ class Backend(Protocol):
         """True when recall's caches are kept per tenant (loaded at a tenant's first use, evicted
         past a byte budget) and each tenant has its own change sequence (PostgreSQL: a server
         of many tenants); False when one cache follows the whole store (SQLite: a file)."""
+        ...
+
+    @property
+    def server_index(self) -> ServerIndex | None:
+        """Candidate reads the server answers exactly for a tenant no cache holds, or None when
+        every recall reads caches (SQLite: the file is local, its cache is always loaded)."""
         ...
 
     def atomic(self) -> AbstractContextManager[None]:

@@ -19,6 +19,7 @@ from engramdb.storage.postgres.connection import STORE, PgStore, PostgresSetting
 from engramdb.storage.postgres.graph import PgEdges
 from engramdb.storage.postgres.migrations import migrate
 from engramdb.storage.postgres.rows import PgMemoryRows
+from engramdb.storage.postgres.server_index import PgServerIndex
 from engramdb.storage.postgres.stream import (
     PgAccessStream,
     PgChangeSequence,
@@ -67,6 +68,8 @@ class PostgresBackend:
         self.versions = PgVersions(self._store)
         self.changes = PgChangeSequence(self._store)
         self.vectors = PgMemoryVectors(self._store)
+        #: exact reads for a tenant no cache of this process holds (`ServerIndex`)
+        self.server_index = PgServerIndex(self._store)
         self._row_vectors: dict[str, PgRowVectors] = {}
         self._rv_lock = threading.Lock()
         self._scopes_lock = threading.Lock()

@@ -83,6 +83,11 @@ class SqliteBackend:
         # One file: its caches follow the whole file (tenants that need their own use TenantFiles).
         return False
 
+    @property
+    def server_index(self) -> None:
+        # A local file: its one cache is always loaded, so nothing is read around it.
+        return None
+
     # -- units of work ----------------------------------------------------------------------------
 
     @contextlib.contextmanager

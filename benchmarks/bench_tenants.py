@@ -180,7 +180,70 @@ def serve(args: argparse.Namespace) -> dict[str, Any]:
             times.append(time.perf_counter() - t0)
         out["steady_recall"] = stats_ms(times)
     eng.close()
+    if args.served:
+        out["served_recall"] = served_recall(args, qs)
+    if args.during_load:
+        out["recall_during_load"] = recall_during_load(args, serve_tenants)
     return out
+
+
+def served_recall(args: argparse.Namespace, qs: list[str]) -> dict[str, Any]:
+    """The query tenant's recalls answered by the server: an engine whose budget no tenant fits
+    (`cache_budget=1`), so each recall reads the tenant's rows and vectors from PostgreSQL."""
+    from engramdb import DynamicMemoryEngine
+
+    with DynamicMemoryEngine(args.url, cache_budget=1) as eng:
+        agent = eng.agent("reader", tenant=tenant_name(args.query_tenant))
+        agent.recall(qs[0], k=10)
+        times = []
+        for q in qs * args.repeat:
+            t0 = time.perf_counter()
+            agent.recall(q, k=10)
+            times.append(time.perf_counter() - t0)
+        st = eng.runtime.tenant_caches.stats()
+        return {**stats_ms(times), "served_too_large": st.served_too_large, "tenants_held": st.tenants}
+
+
+def recall_during_load(args: argparse.Namespace, tenants: list[int]) -> dict[str, Any]:
+    """A recall of a tenant while another thread of the process is loading its caches (that
+    tenant's first recall): answered by the server, not after the load. Per tenant: the loading
+    recall's time and the one made during it."""
+    import threading
+
+    from engramdb import DynamicMemoryEngine
+
+    rng = random.Random(args.seed + 1)
+    picked = rng.sample(tenants, min(args.during_load, len(tenants)))
+    loads, during = [], []
+    with DynamicMemoryEngine(args.url, cache_budget=None) as eng:
+        eng.agent("reader", tenant=tenant_name(picked[0]))
+        caches = eng.runtime.tenant_caches
+        for i in picked:
+            q = queries(i, args.per_tenant, 1)[0]
+            agent = eng.agent("reader", tenant=tenant_name(i))
+            took: list[float] = []
+
+            def first(agent: Any = agent, q: str = q, took: list[float] = took) -> None:
+                t0 = time.perf_counter()
+                agent.recall(q, k=10)
+                took.append(time.perf_counter() - t0)
+
+            loader = threading.Thread(target=first)
+            loader.start()
+            deadline = time.perf_counter() + 5.0
+            while time.perf_counter() < deadline:  # until the loader holds the tenant's caches
+                pair = caches.peek(tenant_name(i))
+                if pair is not None and pair.busy():
+                    break
+                time.sleep(0.0005)
+            t0 = time.perf_counter()
+            agent.recall(q, k=10)
+            during.append(time.perf_counter() - t0)
+            loader.join()
+            loads.append(took[0])
+        st = caches.stats()
+    return {"loading_recall": stats_ms(loads), "recall_during_load": stats_ms(during),
+            "served_while_loading": st.served_while_loading, "tenants": len(picked)}  # fmt: skip
 
 
 def run_serve(url: str, args: argparse.Namespace, **extra: Any) -> subprocess.Popen[str]:
@@ -189,6 +252,7 @@ def run_serve(url: str, args: argparse.Namespace, **extra: Any) -> subprocess.Po
            "--queries", str(extra.get("queries", args.queries)), "--repeat", str(args.repeat),
            "--query-tenant", str(extra.get("query_tenant", 0)), "--rounds", str(extra.get("rounds", 1)),
            "--first-sample", str(extra.get("first_sample", 0)), "--seed", str(args.seed),
+           "--during-load", str(extra.get("during_load", 0)), *(["--served"] if extra.get("served") else []),
            "--serve-tenants", ",".join(str(i) for i in extra.get("serve", []))]  # fmt: skip
     budget = extra.get("budget", args.budget)
     if budget is not None:
@@ -224,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big-tenants", type=int, default=50)
     ap.add_argument("--big-per-tenant", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--served", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--during-load", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--pg-url", default=None, help="an admin URL of a running server (default: pgserver)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -239,9 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         result["build_many_s"] = round(build(many_url, range(args.tenants), args.per_tenant), 1)
         build(alone_url, range(1), args.per_tenant)
         log("serving: many")
-        many = result_of(run_serve(many_url, args, serve=everyone, first_sample=args.sample))
+        many = result_of(run_serve(many_url, args, serve=everyone, first_sample=args.sample, served=True))
         log("serving: alone")
-        alone = result_of(run_serve(alone_url, args, serve=[0], first_sample=1))
+        alone = result_of(run_serve(alone_url, args, serve=[0], first_sample=1, served=True))
         result["many"], result["alone"] = many, alone
         result["targets"] = {
             "first_recall_max_s": round(many["first_recall"]["max_ms"] / 1000, 3),
@@ -264,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
             opts = {"per_tenant": args.big_per_tenant, "queries": 0, "budget": -1, "rounds": args.rounds}
             procs = [run_serve(big_url, args, serve=share, query_tenant=share[0], **opts) for share in shares]
             each = [result_of(p) for p in procs]
+            log("serving: a 10k tenant from the server, and during its load")
+            big_served = result_of(run_serve(big_url, args, serve=tenants[1:], per_tenant=args.big_per_tenant,
+                                             budget=-1, rounds=0, served=True, during_load=5))  # fmt: skip
             result["procs"] = {
                 "one_process": one,
                 "each": each,
@@ -271,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ratio_total_over_one": round(sum(e["rss_served_mb"] for e in each) / one["rss_served_mb"], 2),
                 "loaded_not_served": [e["caches"]["held_not_served"] for e in each],
             }
+            result["big_served"] = big_served
     path = provenance.write_json(provenance.out_path("tenants.json", args.out), result, block)
     t = result["targets"]
     print("| measure | value | target |")
@@ -280,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| RSS growth serving all {args.tenants} tenants | {t['rss_growth_mb']} MB | ≤ {t['rss_allowed_mb']} MB |")
     print(f"| steady recall p50, {args.tenants}-tenant store / alone | {result['many']['steady_recall']['p50_ms']:.2f} / "
           f"{result['alone']['steady_recall']['p50_ms']:.2f} ms = {t['steady_p50_ratio_many_over_alone']}x | ≤ 1.5x |")  # fmt: skip
+    sv, cached = result["many"]["served_recall"], result["many"]["steady_recall"]
+    print(f"| recall from the server / from the cache, p50, {args.per_tenant}-memory tenant | {sv['p50_ms']:.2f} / "
+          f"{cached['p50_ms']:.2f} ms = {sv['p50_ms'] / cached['p50_ms']:.2f}x | |")  # fmt: skip
     if "procs" in result:
         pr = result["procs"]
         print(f"| {args.procs} processes' RSS / one process's | {pr['total_rss_mb']} / "
@@ -288,6 +361,14 @@ def main(argv: list[str] | None = None) -> int:
         fr = pr["one_process"]["first_recall"]
         print(f"| first recall of a {args.big_per_tenant:,}-memory tenant, p50 / max | {fr['p50_ms']:.1f} / "
               f"{fr['max_ms']:.1f} ms | |")  # fmt: skip
+        bs = result["big_served"]
+        print(f"| recall from the server / from the cache, p50, {args.big_per_tenant:,}-memory tenant | "
+              f"{bs['served_recall']['p50_ms']:.2f} / {bs['steady_recall']['p50_ms']:.2f} ms = "
+              f"{bs['served_recall']['p50_ms'] / bs['steady_recall']['p50_ms']:.2f}x | |")  # fmt: skip
+        dl = bs["recall_during_load"]
+        print(f"| recall during another thread's first load / that load, p50, {args.big_per_tenant:,} memories | "
+              f"{dl['recall_during_load']['p50_ms']:.1f} / {dl['loading_recall']['p50_ms']:.1f} ms "
+              f"({dl['served_while_loading']} of {dl['tenants']} served) | |")  # fmt: skip
     log(f"wrote {path} ({provenance.summary(block)})")
     return 0
 

@@ -116,3 +116,30 @@ def test_when_every_connection_is_held_a_statement_waits_then_says_why(url: str)
         assert a.query("SELECT count(*) FROM private_alice_t") == [(1,)]
     finally:
         eng.close()
+
+
+def test_a_closed_scope_connection_has_left_the_server_when_its_slot_frees(url: str) -> None:
+    """A connection the engine closes (taken over by another scope, idle past its timeout, or at
+    close) still counts until its server session has ended, so a replacement never makes the
+    server hold more sessions than the cap, even for the moment a backend takes to exit."""
+    import psycopg
+
+    eng = _engine(url, scope_connections=1)
+    try:
+        scopes = [eng.agent(f"agent{i}").private for i in range(2)]
+        for i, scope in enumerate(scopes):
+            scope.execute(f"CREATE TABLE private_agent{i}_notes (id integer PRIMARY KEY)")
+        roles = [scope.role for scope in scopes]  # type: ignore[attr-defined]
+        conns = eng.backend._scope_conns  # type: ignore[attr-defined]
+        seen = []
+        with psycopg.connect(url, autocommit=True) as admin:
+            count = "SELECT count(*) FROM pg_stat_activity WHERE usename = ANY(%s)"
+            for n in range(120):
+                scopes[n % 2].query(f"SELECT count(*) FROM private_agent{n % 2}_notes")  # takes the other's over
+                seen.append(admin.execute(count, (roles,)).fetchone()[0])  # type: ignore[index]
+                if n % 4 == 3:
+                    conns.close()  # every idle connection closed: none may still be on the server
+                    seen.append(admin.execute(count, (roles,)).fetchone()[0] + 1)  # type: ignore[index]
+        assert max(seen) == 1, seen
+    finally:
+        eng.close()

@@ -12,7 +12,11 @@ threads, past PostgreSQL's default of 100 connections near the 95th scope. Here 
   one in its place, else waits for one to be given back (`timeout`, then `BackendError`);
 - an idle connection is closed after `idle_timeout` seconds (checked whenever one is borrowed or
   given back: no thread of its own);
-- a connection given back broken, or not idle after its rollback, is closed, never reused.
+- a connection given back broken, or not idle after its rollback, is closed, never reused;
+- a connection closed is counted open until its server session has ended (`_close` waits for the
+  server to close its end, up to `CLOSE_WAIT` seconds): the server's backend outlives the
+  client's socket by the time it takes to exit, and a replacement opened in that window made
+  2 processes of cap 20 show 41 sessions of scope roles at once (`benchmarks/bench_scopes.py`).
 
 A scope's connection is still its role's alone, so the server's isolation (grants, the role's
 own schema) is exactly what it was; the scope escape suites run over this.
@@ -21,6 +25,8 @@ own schema) is exactly what it was; the scope escape suites run over this.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -34,6 +40,9 @@ from psycopg import pq
 from engramdb.errors import BackendError
 
 Conn = psycopg.Connection[Any]
+
+#: the longest `_close` waits for the server to end a closed connection's session
+CLOSE_WAIT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +79,7 @@ class ScopeConnections:
         while True:
             doomed: list[Conn] = []
             with self._cond:
-                doomed += self._expired()
+                expired = self._expired()
                 conn = self._take_idle(key)
                 if conn is None:
                     if self._open < self.cap:
@@ -89,7 +98,8 @@ class ScopeConnections:
                             )
                         self._cond.wait(left)
                         continue
-            _close(doomed)
+            self._retire(expired)
+            _close(doomed)  # (the connection taken over: its slot goes to the one opened below)
             if conn is not None:
                 if conn.closed or conn.broken:
                     self._forget(conn)
@@ -118,25 +128,21 @@ class ScopeConnections:
             self._idle[id(conn)] = (key, conn, time.monotonic())
             doomed = self._expired()
             self._cond.notify()
-        _close(doomed)
+        self._retire(doomed)
 
     def drop(self, key: object) -> None:
         """Close every idle connection of scope `key` (the scope was closed)."""
         with self._cond:
             tokens = [t for t, (k, _, _) in self._idle.items() if k == key]
             doomed = [self._idle.pop(t)[1] for t in tokens]
-            self._open -= len(doomed)
-            self._cond.notify_all()
-        _close(doomed)
+        self._retire(doomed)
 
     def close(self) -> None:
         """Close every idle connection (borrowed ones close when given back)."""
         with self._cond:
             doomed = [c for _, c, _ in self._idle.values()]
             self._idle.clear()
-            self._open -= len(doomed)
-            self._cond.notify_all()
-        _close(doomed)
+        self._retire(doomed)
 
     def stats(self) -> ScopeConnectionStats:
         with self._cond:
@@ -155,7 +161,7 @@ class ScopeConnections:
         return None
 
     def _expired(self) -> list[Conn]:
-        """Take out the connections idle past `idle_timeout` (the caller closes them)."""
+        """Take out the connections idle past `idle_timeout` (the caller `_retire`s them)."""
         now = time.monotonic()
         doomed = []
         while self._idle:
@@ -164,22 +170,47 @@ class ScopeConnections:
                 break
             del self._idle[token]
             doomed.append(conn)
-        self._open -= len(doomed)
         self._closed_idle += len(doomed)
         return doomed
 
+    # -- not under the lock --------------------------------------------------------------------
+
+    def _retire(self, conns: list[Conn]) -> None:
+        """Close `conns` (taken out of `_idle`), then stop counting them: their slots free only once
+        their server sessions are gone."""
+        if not conns:
+            return
+        _close(conns)
+        with self._cond:
+            self._open -= len(conns)
+            self._cond.notify_all()
+
     def _forget(self, conn: Conn) -> None:
         """`conn` is broken (or closed): it no longer counts."""
-        _close([conn])
-        with self._cond:
-            self._open -= 1
-            self._cond.notify()
+        self._retire([conn])
 
 
 def _close(conns: list[Conn]) -> None:
+    """Close each of `conns` and wait, up to `CLOSE_WAIT` seconds, for the server to end its
+    session: a duplicate of the socket stays open past libpq's close until the server closes its
+    end, which a backend does after it has left ``pg_stat_activity`` and the connection count."""
     for conn in conns:
+        peer = None
+        with contextlib.suppress(psycopg.Error, OSError, ValueError):
+            if not conn.closed and not conn.broken:
+                peer = socket.socket(fileno=os.dup(conn.fileno()))
         with contextlib.suppress(psycopg.Error, OSError):
             conn.close()
+        if peer is None:
+            continue
+        try:
+            peer.settimeout(CLOSE_WAIT)
+            while peer.recv(4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            peer.close()
 
 
 __all__ = ["ScopeConnectionStats", "ScopeConnections"]

@@ -181,7 +181,6 @@ def test_a_tenant_being_loaded_by_another_thread_is_answered_by_the_server(
         assert held.wait(10)
         for q in QUERIES:
             assert _answer(engine, "acme", "alice", q) == want[q], q
-            print("DBG", q, engine.cache_stats(), pair.ready(), pair.lexical.loaded, pair.vectors.loaded)
         stats = engine.cache_stats()
         assert stats is not None and stats.served_while_loading >= len(QUERIES)
     finally:
@@ -222,3 +221,100 @@ def test_tenant_caches_route_by_size_and_by_load() -> None:
     assert isinstance(unbounded.for_recall("big"), CachePair)  # no budget: everything fits
     stats = caches.stats()
     assert stats.served_too_large == 1 and stats.served_while_loading == 0 and stats.held == ("small",)
+
+
+STATEMENTS = [
+    "Maya owns the grammar spec",
+    "the payments release ships Thursday",
+    "the offsite is in Lisbon",
+    "billing alerts page Arjun at night",
+    "Dana wants a database index migration",
+    "the deploy freeze starts Monday",
+]
+
+
+def _dedup_story(engine: DynamicMemoryEngine, tenant: str, seed: int) -> list[tuple[bool, str, int]]:
+    """Writes with repeats — exact, capitalised, of another owner, level or type, one at a time
+    and in batches with repeats inside — and per write: (folded into a memory there before,
+    the content of the memory it returned, its access count)."""
+    rng = random.Random(seed)
+    out: list[tuple[bool, str, int]] = []
+    for step in range(40):
+        who = engine.agent(rng.choice(["alice", "bob"]), tenant=tenant)
+        items = []
+        for _ in range(1 if step % 3 else rng.randint(2, 4)):
+            text = rng.choice(STATEMENTS)
+            items.append(
+                {
+                    "content": text.upper() if rng.random() < 0.2 else text,
+                    "type": rng.choice([MemoryType.INFO] * 4 + [MemoryType.SKILL, MemoryType.TODO]),
+                    "confidentiality": rng.choice([Confidentiality.INTERNAL, Confidentiality.CONFIDENTIAL]),
+                    "shared": rng.random() < 0.5,
+                }
+            )
+        before = {m.id for m in who.memories()}
+        made = who.remember_many(items) if len(items) > 1 else [who.remember(**items[0])]
+        for m in made:
+            out.append((m.id in before, m.content, m.access_count))
+    return out
+
+
+def test_dedup_of_a_tenant_too_large_for_the_budget_decides_as_its_cache(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock
+) -> None:
+    """A write of a tenant that does not fit in the budget looks up its near-duplicates on the
+    server (it loads nothing): every write folds, or not, into the memory the cached lookup picks."""
+    cached = make_engine("dedup", memory_embedder=fake_embedder(), vector_index="exact")
+    if not _per_tenant(cached):
+        pytest.skip("SQLite keeps one cache per file, always loaded: no server path")
+    _fill(cached, clock, "cached", seed=5)
+    _fill(cached, clock, "served", seed=5)  # the same memories, in a tenant of their own
+    served = make_engine("dedup", memory_embedder=fake_embedder(), vector_index="exact", cache_budget=0)
+    want = _dedup_story(cached, "cached", seed=11)
+    got = _dedup_story(served, "served", seed=11)
+    assert got == want
+    folded = sum(1 for was_there, _, _ in want if was_there)
+    assert folded >= 10 and folded < len(want) - 10  # (repeats folded, other owners' and levels' kept)
+    stats = served.cache_stats()
+    assert stats is not None and stats.tenants == 0 and stats.served_too_large >= 40
+
+
+def test_a_write_during_another_threads_load_does_not_wait_for_it(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock
+) -> None:
+    """While another thread holds a tenant's first load, a write's dedup lookup goes to the server
+    and folds a repeat into the stored memory, instead of waiting for the load."""
+    other = make_engine("load", memory_embedder=fake_embedder(), vector_index="exact")
+    if not _per_tenant(other):
+        pytest.skip("SQLite keeps one cache per file, always loaded: no server path")
+    _fill(other, clock, "acme", seed=3)
+    first = other.agent("alice", tenant="acme").remember("the offsite budget is in Lisbon")
+    engine = make_engine("load", memory_embedder=fake_embedder(), vector_index="exact")
+    caches = engine.runtime.tenant_caches
+    assert caches is not None
+    pair = caches.of("acme")
+    assert isinstance(pair, CachePair) and pair.vectors is not None and not pair.ready()
+    held, release = threading.Event(), threading.Event()
+
+    def loading() -> None:
+        with pair.vectors.lock:  # type: ignore[union-attr]
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=loading)
+    t.start()
+    done: list[Any] = []
+    try:
+        assert held.wait(10)
+        writer = threading.Thread(
+            target=lambda: done.append(engine.agent("alice", tenant="acme").remember("the offsite budget is in Lisbon"))
+        )
+        writer.start()
+        writer.join(10)
+        assert done, "the write waited for the other thread's load"
+        assert done[0].id == first.id and done[0].access_count == first.access_count + 1  # reinforced
+        stats = engine.cache_stats()
+        assert stats is not None and stats.served_while_loading >= 1
+    finally:
+        release.set()
+        t.join()

@@ -20,7 +20,7 @@ from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.retrieval.lexical_channel import LexicalChannel
 from engramdb.retrieval.recall import DEFAULT_TENANT, Recaller
-from engramdb.retrieval.server_channels import server_pair
+from engramdb.retrieval.server_channels import ServerVectors, server_pair
 from engramdb.retrieval.slots import TenantSlots
 from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET, CachePair, TenantCaches, WholeStore
 
@@ -172,6 +172,13 @@ class Runtime:
     def vectors_for(self, tenant: str) -> VectorChannel | None:
         """The vector cache that serves `tenant`, or None without an embedder."""
         return self._memory()[1].of(tenant).vectors
+
+    def dedup_vectors(self, tenant: str) -> VectorChannel | ServerVectors | None:
+        """Where a write of `tenant` looks up its near-duplicates: the tenant's vector cache, or,
+        as for a recall, the server's exact scans for a tenant that would not fit in the cache
+        budget or whose cache another thread is loading (a write neither loads a tenant past the
+        budget nor waits for another thread's load). None without an embedder."""
+        return self._memory()[1].for_recall(tenant).vectors
 
     def held_vectors(self, tenant: str) -> VectorChannel | None:
         """The vector cache of `tenant` if this process holds it already (a write hands its rows

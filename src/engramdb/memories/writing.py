@@ -36,6 +36,7 @@ from engramdb.observability import otel
 from engramdb.progress import Progress, report
 from engramdb.retrieval.budget import approx_tokens
 from engramdb.retrieval.keywords import cue_terms, entity_token
+from engramdb.retrieval.vector_channel import near_matches_among
 from engramdb.storage.ports import ContentChange, NewMemory, RecallRecord, Stored, Touch, VectorRow
 
 
@@ -304,8 +305,8 @@ def _caught_up(
         earlier.clear()
         earlier.update(again_earlier)
         return
-    channel, embedder = rt.vectors_for(who.tenant), rt.embedder
-    if channel is None or embedder is None:
+    embedder = rt.embedder
+    if embedder is None:
         return
     rows = rt.store.vectors.cache_rows(embedder.name, latest, who.tenant)
     # A stored match changed since (updated, archived, its vector replaced) may no longer say what
@@ -320,7 +321,7 @@ def _caught_up(
     if not asked:
         return
     filters = [(prepared[i]["type"].value, prepared[i]["owner"], int(prepared[i]["level"])) for i in asked]
-    found = channel.near_matches_in(rows, vectors[asked], who.visibility(), filters, rt.dedup_threshold, DEDUP_MATCHES)
+    found = near_matches_among(rows, vectors[asked], who.visibility(), filters, rt.dedup_threshold, DEDUP_MATCHES)
     matches = {i: [ref for _, _, ref in _options(hits, [])] for i, hits in zip(asked, found, strict=True) if hits}
     if not matches:
         return
@@ -384,7 +385,7 @@ def _duplicates(
     most similar, and those tied with it, at most `DEDUP_MATCHES` (`_options`); it duplicates the
     first of them (stored ones before items of the batch, older first) whose statement it repeats
     (`_repeats`)."""
-    channel = rt.vectors_for(who.tenant)
+    channel = rt.dedup_vectors(who.tenant)
     if channel is None:
         return {}, {}
     asked = [i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED]

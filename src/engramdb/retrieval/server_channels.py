@@ -39,7 +39,8 @@ import numpy.typing as npt
 
 from engramdb.memories.model import Visibility
 from engramdb.retrieval.lexical_channel import K1, B, FieldColumns, indexed_terms
-from engramdb.storage.ports import IndexRow, ServerIndex
+from engramdb.retrieval.vector_channel import best_and_ties, near_matches_among
+from engramdb.storage.ports import IndexRow, ServerIndex, VectorRow
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
@@ -277,6 +278,52 @@ class ServerVectors:
                 vecs[i] = np.frombuffer(raw, dtype=np.float32)
         sims = np.einsum("ij,j->i", vecs, q)
         return dict(zip(keys, sims.tolist(), strict=True))
+
+    # -- dedup on write (`engramdb.memories.writing`) --
+
+    def stored_form(self, vecs: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """`VectorChannel.stored_form`: the server keeps vectors as written (float32)."""
+        return np.asarray(vecs, dtype=np.float32)
+
+    def near_matches(
+        self,
+        vecs: npt.NDArray[np.float32],
+        vis: Visibility,
+        filters: Sequence[tuple[str, str, int]],
+        min_cos: float,
+        limit: int,
+    ) -> list[list[tuple[int, float]]]:
+        """`VectorChannel.near_matches`: for each row of `vecs`, the most similar visible memory of
+        its (type, owner) at or above its level at cosine ≥ `min_cos`, and those tied with it, at
+        most `limit` — one exact scan per row with the whole filter inside the statement."""
+        q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)
+        out: list[list[tuple[int, float]]] = []
+        for i, (mtype, owner, level) in enumerate(filters):
+            found = self.index.nearest(
+                vis, frozenset({mtype}), self.embedder.name, q[i].tobytes(), limit + NEAREST_MARGIN,
+                owner=owner, min_level=level,
+            )  # fmt: skip
+            if not found:
+                out.append([])
+                continue
+            keys = np.fromiter((n for n, _ in found), dtype=np.int64, count=len(found))
+            rows = np.frombuffer(b"".join(v for _, v in found), dtype=np.float32).reshape(len(found), -1)
+            sims = np.einsum("ij,j->i", rows, q[i])
+            order = np.lexsort((keys, -sims))[:limit]
+            out.append(best_and_ties({int(keys[j]): float(sims[j]) for j in order}, min_cos))
+        return out
+
+    def near_matches_in(
+        self,
+        rows: Sequence[VectorRow],
+        vecs: npt.NDArray[np.float32],
+        vis: Visibility,
+        filters: Sequence[tuple[str, str, int]],
+        min_cos: float,
+        limit: int,
+    ) -> list[list[tuple[int, float]]]:
+        """`VectorChannel.near_matches_in` (the rows are given: nothing is read)."""
+        return near_matches_among(rows, vecs, vis, filters, min_cos, limit)
 
 
 @dataclass(eq=False)

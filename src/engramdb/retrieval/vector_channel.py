@@ -163,10 +163,15 @@ class VectorChannel:
         """The committed write `change` changed nothing this cache holds (a recall's access state:
         rings and strength, no vector or visibility attribute): a cache at the sequence just before
         it moves past it without reading (the write held the store's write lock, so nothing else
-        changed in between); otherwise the next `refresh` reads it, as any other change."""
-        with self._lock:
+        changed in between); otherwise the next `refresh` reads it, as any other change — also when
+        another thread holds the cache (a load: the writer does not wait for it)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if self._seen >= 0 and self._seen == change - 1:
                 self._seen = change
+        finally:
+            self._lock.release()
 
     def _start_over(self) -> None:
         """Drop everything cached (an empty index of the same kind and settings): the next refresh
@@ -198,8 +203,13 @@ class VectorChannel:
         before it takes them as written, without reading them back (the write held the store's
         write lock, so nothing else changed in between); otherwise the next `refresh` reads them.
         A single `remember` with dedup refreshed this cache from the database first thing in the
-        next call: ~0.06 ms of a ~1 ms write at 1M memories."""
-        with self._lock:
+        next call: ~0.06 ms of a ~1 ms write at 1M memories. While another thread holds the cache
+        (its first load, a refresh, a search), the rows are left to the next `refresh` too: a
+        write of a tenant whose cache is loading does not wait out the load (its dedup lookup went
+        to the server, `Runtime.dedup_vectors`)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if self._seen < 0 or self._seen != change - 1:
                 return
             self._apply(rows)
@@ -207,6 +217,8 @@ class VectorChannel:
             index = self.index
             if isinstance(index, AnnIndex) and index.generation != self._saved_generation:
                 self._save(store)
+        finally:
+            self._lock.release()
 
     def save_if_changed(self, store: Backend | None = None) -> None:
         """Save the side file when more than a tenth of the cached rows were loaded or hidden since
@@ -553,7 +565,7 @@ class VectorChannel:
                 if len(q) > 4:
                     return self._best(q, vis, filters, limit, min_cos)
                 return [
-                    _ties(self.search(q[i], limit, vis, types=frozenset({t}), owner=o, min_level=lv), min_cos)
+                    best_and_ties(self.search(q[i], limit, vis, types=frozenset({t}), owner=o, min_level=lv), min_cos)
                     for i, (t, o, lv) in enumerate(filters)
                 ]
             # Approximate scores for the candidates (re-scored below for the few that matter).
@@ -586,13 +598,13 @@ class VectorChannel:
                         cand = at_rows(top) if at_rows is not None else matrix[top]  # type: ignore[index]
                         exact = np.einsum("kd,d->k", cand, q[i])
                     order = np.lexsort((top, -exact))[:limit]
-                    out.append(_ties({int(keys[top[j]]): float(exact[j]) for j in order}, min_cos))
+                    out.append(best_and_ties({int(keys[top[j]]): float(exact[j]) for j in order}, min_cos))
                 elif float(approx[i, -1]) < min_cos - _APPROX_MARGIN:
                     out.append([])  # all k were more similar than anything beyond, and none passed
                 else:
                     mtype, owner, level = f
                     hit = self.search(q[i], limit, vis, types=frozenset({mtype}), owner=owner, min_level=level)
-                    out.append(_ties(hit, min_cos))
+                    out.append(best_and_ties(hit, min_cos))
             return out
 
     def near_matches_in(
@@ -609,26 +621,7 @@ class VectorChannel:
         the cache's own visibility rule (`VisibilityColumns`) over their attributes: for a write
         that looked up its near-duplicates before taking the write lock and must see what other
         writers committed in between. Rows without a vector (forgotten) never match."""
-        rows = [r for r in rows if r[9] is not None]
-        if not rows or not len(filters):
-            return [[] for _ in range(len(filters))]
-        cols = VisibilityColumns(len(rows))
-        cols.set_many(np.arange(len(rows), dtype=np.int64), [r[2:9] for r in rows])
-        seen = cols.mask(vis, len(rows))
-        matrix = np.frombuffer(b"".join(r[9] for r in rows if r[9] is not None), dtype=np.float32)
-        matrix = matrix.reshape(len(rows), -1)
-        q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)
-        sims = q @ matrix.T
-        keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        out: list[list[tuple[int, float]]] = []
-        for i, (mtype, owner, level) in enumerate(filters):
-            ok = seen & (cols.type[: len(rows)] == cols.types.find(mtype))
-            ok &= (cols.owner[: len(rows)] == cols.codes.find(owner)) & (cols.level[: len(rows)] >= level)
-            ok &= sims[i] >= min_cos
-            cand = np.flatnonzero(ok)
-            best = cand[np.lexsort((keys[cand], -sims[i, cand]))[:limit]]  # the most similar, then the oldest
-            out.append(_ties({int(keys[j]): float(sims[i, j]) for j in best}, min_cos))
-        return out
+        return near_matches_among(rows, vecs, vis, filters, min_cos, limit)
 
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:
         """Cosine of the query with each of `keys` (0 for memories without a vector)."""
@@ -649,7 +642,38 @@ class VectorChannel:
             return dict(zip(keys, sims.tolist(), strict=True))
 
 
-def _ties(found: dict[int, float], min_cos: float) -> list[tuple[int, float]]:
+def near_matches_among(
+    rows: Sequence[VectorRow],
+    vecs: npt.NDArray[np.float32],
+    vis: Visibility,
+    filters: Sequence[tuple[str, str, int]],
+    min_cos: float,
+    limit: int = _RESCORE,
+) -> list[list[tuple[int, float]]]:
+    """`VectorChannel.near_matches_in`, which needs no cache: the rows are given."""
+    rows = [r for r in rows if r[9] is not None]
+    if not rows or not len(filters):
+        return [[] for _ in range(len(filters))]
+    cols = VisibilityColumns(len(rows))
+    cols.set_many(np.arange(len(rows), dtype=np.int64), [r[2:9] for r in rows])
+    seen = cols.mask(vis, len(rows))
+    matrix = np.frombuffer(b"".join(r[9] for r in rows if r[9] is not None), dtype=np.float32)
+    matrix = matrix.reshape(len(rows), -1)
+    q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)
+    sims = q @ matrix.T
+    keys = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    out: list[list[tuple[int, float]]] = []
+    for i, (mtype, owner, level) in enumerate(filters):
+        ok = seen & (cols.type[: len(rows)] == cols.types.find(mtype))
+        ok &= (cols.owner[: len(rows)] == cols.codes.find(owner)) & (cols.level[: len(rows)] >= level)
+        ok &= sims[i] >= min_cos
+        cand = np.flatnonzero(ok)
+        best = cand[np.lexsort((keys[cand], -sims[i, cand]))[:limit]]  # the most similar, then the oldest
+        out.append(best_and_ties({int(keys[j]): float(sims[i, j]) for j in best}, min_cos))
+    return out
+
+
+def best_and_ties(found: dict[int, float], min_cos: float) -> list[tuple[int, float]]:
     """`found` ({key: cosine}, best first) cut to its first and those tied with it, at or above
     `min_cos`."""
     if len(found) <= 1:

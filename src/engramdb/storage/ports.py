@@ -813,10 +813,19 @@ class ServerIndex(Protocol):
         ...
 
     def nearest(
-        self, vis: Visibility, types: frozenset[str] | None, model: str, query: bytes, k: int
+        self,
+        vis: Visibility,
+        types: frozenset[str] | None,
+        model: str,
+        query: bytes,
+        k: int,
+        *,
+        owner: str | None = None,
+        min_level: int | None = None,
     ) -> list[tuple[int, bytes]]:
-        """(key, vector) of the `k` memories `vis` shows whose `model` vectors have the highest
-        inner product with `query` (float32 bytes), by an exact scan (no approximate index)."""
+        """(key, vector) of the `k` memories `vis` shows (of `types`, of `owner`, at or above
+        `min_level`, when given: dedup's filter) whose `model` vectors have the highest inner
+        product with `query` (float32 bytes), by an exact scan (no approximate index)."""
         ...
 
     def vectors(self, tenant: str, model: str, keys: Sequence[int]) -> dict[int, bytes]:

@@ -156,11 +156,25 @@ class PgServerIndex:
         return {int(n): (None if p is None else int(p), None if x is None else int(x)) for n, p, x in rows}
 
     def nearest(
-        self, vis: Visibility, types: frozenset[str] | None, model: str, query: bytes, k: int
+        self,
+        vis: Visibility,
+        types: frozenset[str] | None,
+        model: str,
+        query: bytes,
+        k: int,
+        *,
+        owner: str | None = None,
+        min_level: int | None = None,
     ) -> list[tuple[int, bytes]]:
         if k <= 0:
             return []
         pred, params = _shown(vis, types)
+        if owner is not None:
+            pred += " AND m.owner = %(q_owner)s"
+            params["q_owner"] = owner
+        if min_level is not None:
+            pred += " AND m.confidentiality >= %(q_min_level)s"
+            params["q_min_level"] = int(min_level)
         params.update(q=_vec(query), q_model=model, q_k=k)
         rows = self._fetch(
             vis.tenant,

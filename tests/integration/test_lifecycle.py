@@ -955,6 +955,58 @@ def test_a_remember_racing_a_forget_of_its_own_text_is_refused(
     assert done and [m.id for m in a.memories(include_archived=True)] == before  # nothing of A's written
 
 
+def test_a_remember_without_dedup_is_refused_by_a_tombstone_and_by_a_forget_committing_meanwhile(
+    make_engine: Callable[..., DynamicMemoryEngine],
+) -> None:
+    """Without dedup a remember has nothing to look up first (on PostgreSQL one statement reads the
+    tombstones and the sequence and writes): a tombstone of the text refuses it all the same, one
+    above the writer's cap does not, force stores it; and a forget of the text that commits while
+    the remember waits for the write lock refuses it too (the sequence moved: nothing written)."""
+    import threading
+
+    one, two = make_engine(memory_embedder=fake_embedder()), make_engine(memory_embedder=fake_embedder())
+    a, b = one.agent("alice"), two.agent("alice")
+    a.remember("Warm-up: the lift is out of order.", dedup=False)
+    gone = a.remember("The vault code is 9931-Quebec.", dedup=False)
+    a.forget(gone.id, reason="secret")
+    before = [m.id for m in a.memories(include_archived=True)]
+    with pytest.raises(Forgotten):
+        a.remember("the vault code is 9931 quebec", dedup=False)
+    with pytest.raises(Forgotten):
+        a.remember_many([{"content": "The vault code is 9931-Quebec."}], dedup=False)
+    assert [m.id for m in a.memories(include_archived=True)] == before
+    low = one.agent("alice", cap=Confidentiality.PUBLIC)
+    secret = a.remember("The alarm PIN is 4410.", confidentiality=Confidentiality.RESTRICTED, dedup=False)
+    a.forget(secret.id)
+    assert low.remember("The alarm PIN is 4410.", dedup=False).content == "The alarm PIN is 4410."  # not its stone
+    assert a.remember("The vault code is 9931-Quebec.", dedup=False, force=True).id != gone.id
+
+    text = "The server room key is in drawer 7."
+    kept = b.remember(text, dedup=False)
+    held, release = threading.Event(), threading.Event()
+
+    def forgetting() -> None:
+        with two.backend.atomic():  # the forget's transaction stays open, holding the write lock
+            b.forget(kept.id, reason="moved")
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=forgetting)
+    t.start()
+    try:
+        assert held.wait(10)
+        timer = threading.Timer(0.5, release.set)  # the forget commits while A's remember waits
+        timer.start()
+        before = [m.id for m in a.memories(include_archived=True)]
+        with pytest.raises(Forgotten):
+            a.remember(text, dedup=False)
+        assert kept.id in before
+        assert [m.id for m in a.memories(include_archived=True)] == [n for n in before if n != kept.id]
+    finally:
+        release.set()
+        t.join()
+
+
 @pytest.mark.parametrize("embedder", ["vectors", "text"])
 def test_an_update_of_the_match_between_lookup_and_write_loses_no_fact(
     make_engine: Callable[..., DynamicMemoryEngine], monkeypatch: pytest.MonkeyPatch, embedder: str

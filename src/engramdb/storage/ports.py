@@ -215,15 +215,31 @@ class MemoryRows(Protocol):
         """Store `items` (in one transaction: call inside `Backend.atomic`); their new keys, in order."""
         ...
 
+    @property
+    def has_fresh_step(self) -> bool:
+        """Whether `insert_fresh` can write (else it always answers None)."""
+        ...
+
     def insert_fresh(
-        self, item: NewMemory, latest: int, vector: tuple[str, bytes] | None, now: float, reader: str, channel: str
+        self,
+        item: NewMemory,
+        latest: int | None,
+        vector: tuple[str, bytes] | None,
+        now: float,
+        reader: str,
+        channel: str,
+        *,
+        unless_forgotten: Confidentiality | None = None,
     ) -> tuple[int, int] | None:
         """One new memory outside any unit of work, as one atomic step of its own: if the tenant's
         change sequence still stands at `latest`, take the next change, store `item` at it, its
         `vector` (model, float32 bytes) and its creation access (`channel`, by `reader` at `now`);
-        (key, change). None when the sequence has moved on, or when the backend has no such step:
-        then nothing was written and the caller takes the general path (`insert` in a unit of work).
-        A remember on PostgreSQL is then one round trip instead of five."""
+        (key, change). `latest` None: the sequence as the step itself reads it (nothing looked up
+        before), and with `unless_forgotten`, nothing is written if a tombstone of the item's
+        owner and content hash at or below that level exists. None when the sequence has moved
+        on, a tombstone refused it, or the backend has no such step: then nothing was written and
+        the caller takes the general path (`insert` in a unit of work), which says why. A remember
+        on PostgreSQL is then one round trip instead of five."""
         ...
 
     def get(self, vis: Visibility, memory_id: str) -> Stored | None:

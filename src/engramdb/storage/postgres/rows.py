@@ -73,14 +73,30 @@ _INSERT_ONE = _INSERT.replace("VALUES (%s, ", "VALUES (nextval('engram.engram_me
 # Data-modifying CTEs run once and to completion whether or not the outer query reads them.
 _COLUMNS = _INSERT[_INSERT.index("(") + 1 : _INSERT.index(")")]
 _VALUES = ", ".join(["%s"] * 27)
-_FRESH = (
-    "WITH c AS (UPDATE engram.engram_changes SET value = value + 1 WHERE tenant = %s AND value = %s RETURNING value), "  # noqa: S608 - engine table names, values bound
-    f"m AS (INSERT INTO {M} ({_COLUMNS}) SELECT nextval('engram.engram_memory_keys'), {_VALUES}, c.value, %s "
+# The guard of `insert_fresh` without a `latest`: the sequence as this statement's snapshot reads
+# it, and no tombstone of the item's owner and hash at or below the writer's cap in that snapshot.
+# Both are uncorrelated subqueries, computed once from the snapshot: a writer committing after it
+# (a forget that left a tombstone moves the sequence too) makes the UPDATE, which re-reads the
+# sequence row it waited for, find another value and write nothing.
+_READ_GUARD = (
+    "(SELECT value FROM engram.engram_changes WHERE tenant = %s) AND NOT EXISTS (SELECT 1 FROM "
+    "engram.engram_tombstones WHERE tenant = %s AND owner = %s AND content_hash = %s AND confidentiality <= %s)"
+)
+_FRESH_TAIL = (
+    f"m AS (INSERT INTO {M} ({_COLUMNS}) SELECT nextval('engram.engram_memory_keys'), {_VALUES}, c.value, %s "  # noqa: S608 - engine table names, values bound
     "FROM c RETURNING n, tenant, changed), "
     "v AS (INSERT INTO engram.engram_vectors (tenant, n, model, vec) SELECT m.tenant, m.n, %s, %s FROM m "
     "WHERE %s::text IS NOT NULL), "
     "a AS (INSERT INTO engram.engram_access (tenant, ts, n, channel, reader) SELECT m.tenant, %s, m.n, %s, %s FROM m) "
     "SELECT n, changed FROM m"
+)
+_FRESH = (
+    "WITH c AS (UPDATE engram.engram_changes SET value = value + 1 WHERE tenant = %s AND value = %s RETURNING value), "  # noqa: S608 - engine table names, values bound
+    + _FRESH_TAIL
+)
+_FRESH_READ = (
+    "WITH c AS (UPDATE engram.engram_changes SET value = value + 1 WHERE tenant = %s AND value = "  # noqa: S608 - engine table names, values bound
+    f"{_READ_GUARD} RETURNING value), " + _FRESH_TAIL
 )
 # A time trigger's epoch: the number after 'time:' (a key that is not one never matches).
 _EPOCH = r"substring({k} from 'time:([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)$')"
@@ -136,18 +152,37 @@ class PgMemoryRows:
 
         return self._store.run(tenant, go)
 
+    @property
+    def has_fresh_step(self) -> bool:
+        # (a multi-table modifying statement is not what Citus routes: the general path)
+        return not self._store.citus
+
     def insert_fresh(
-        self, item: NewMemory, latest: int, vector: tuple[str, bytes] | None, now: float, reader: str, channel: str
+        self,
+        item: NewMemory,
+        latest: int | None,
+        vector: tuple[str, bytes] | None,
+        now: float,
+        reader: str,
+        channel: str,
+        *,
+        unless_forgotten: Confidentiality | None = None,
     ) -> tuple[int, int] | None:
         m = item.memory
-        if self._store.citus:  # a multi-table modifying statement is not what Citus routes: the general path
+        if not self.has_fresh_step:
             return None
         model, vec = (vector[0], _vec(vector[1])) if vector is not None else (None, None)
-        params = (m.tenant, latest, *_row(0, item, 0)[1:28], SOURCE_CODES[m.importance_source], model, vec, model,
-                  now, channel, reader)  # fmt: skip
+        tail = (*_row(0, item, 0)[1:28], SOURCE_CODES[m.importance_source], model, vec, model, now, channel, reader)
+        if latest is not None:
+            query, params = _FRESH, (m.tenant, latest, *tail)
+        else:
+            # no tombstone check asked: a level below every stone's, so none matches
+            cap = -1 if unless_forgotten is None else int(unless_forgotten)
+            query = _FRESH_READ
+            params = (m.tenant, m.tenant, m.tenant, m.owner, item.content_hash, cap, *tail)
 
         def go(db: psycopg.Connection[Any]) -> tuple[int, int] | None:
-            row = db.execute(_FRESH, params).fetchone()
+            row = db.execute(query, params).fetchone()
             return None if row is None else (int(row[0]), int(row[1]))
 
         return self._store.run(m.tenant, go)

@@ -100,8 +100,20 @@ class SqliteMemoryRows:
 
     # -- writing -------------------------------------------------------------------------------
 
+    @property
+    def has_fresh_step(self) -> bool:
+        return False
+
     def insert_fresh(
-        self, item: NewMemory, latest: int, vector: tuple[str, bytes] | None, now: float, reader: str, channel: str
+        self,
+        item: NewMemory,
+        latest: int | None,
+        vector: tuple[str, bytes] | None,
+        now: float,
+        reader: str,
+        channel: str,
+        *,
+        unless_forgotten: Confidentiality | None = None,
     ) -> tuple[int, int] | None:
         """No one-step path here: the general one is a local transaction with no round trips."""
         return None

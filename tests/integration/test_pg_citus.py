@@ -271,3 +271,48 @@ def test_a_scope_does_not_see_citus_views_in_its_information_schema(url: str) ->
             scope.query("SELECT * FROM public.citus_tables")
     finally:
         eng.close()
+
+
+def test_recalls_and_dedup_answered_by_the_server_are_single_shard_router_queries(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant too large for the cache budget is recalled (and deduplicated) by `ServerIndex`
+    reads; each names its tenant, so Citus sends it to the one shard holding the tenant's rows:
+    with ``citus.multi_task_query_log_level = error`` in their transactions, a statement that
+    fanned out to every shard would fail (the control below shows the setting does that)."""
+    import psycopg
+
+    from engramdb.storage.postgres import server_index
+    from engramdb.testing import fake_embedder
+
+    ran: list[str] = []
+
+    def routed(self: Any, tenant: str, query: str, params: Any, *, binary: bool = False) -> list[tuple[Any, ...]]:
+        def go(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            db.execute("SET LOCAL citus.multi_task_query_log_level = 'error'")
+            ran.append(query.split()[0])
+            return list(db.execute(query, params, binary=binary).fetchall())
+
+        return self._store.run(tenant, go)  # type: ignore[no-any-return]
+
+    writer = DynamicMemoryEngine(url, clock=FixedClock(), memory_embedder=fake_embedder())
+    for tenant in ("acme", "globex"):
+        agent = writer.agent("ann", tenant=tenant)
+        for i in range(30):
+            agent.remember(f"{tenant} note {i}: the launch moves to week {i % 7}", shared=True, dedup=False)
+    writer.close()
+    monkeypatch.setattr(server_index.PgServerIndex, "_fetch", routed)
+    eng = DynamicMemoryEngine(url, clock=FixedClock(), memory_embedder=fake_embedder(), cache_budget=0)
+    try:
+        ann = eng.agent("ann", tenant="acme")
+        hits = ann.recall("when does the launch move", k=5, hops=1).hits
+        assert hits and all(h.memory.tenant == "acme" for h in hits)
+        again = ann.remember("acme note 3: the launch moves to week 3", shared=True)
+        assert again.id in {m.id for m in ann.memories()} and again.access_count >= 1  # folded, server-side
+        stats = eng.cache_stats()
+        assert stats is not None and stats.tenants == 0 and stats.served_too_large >= 2
+        assert len(ran) >= 4
+        with pytest.raises(Exception, match=r"(?i)multi-task"):  # the control: a fan-out fails so
+            routed(eng.backend.server_index, "acme", "SELECT count(*) FROM engram.engram_memories", ())  # type: ignore[union-attr]
+    finally:
+        eng.close()

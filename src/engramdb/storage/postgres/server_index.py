@@ -148,10 +148,11 @@ class PgServerIndex:
             return {}
         rows = self._fetch(
             tenant,
-            f"SELECT k.n, (SELECT max(p.n) FROM {M} p WHERE p.tenant = k.tenant AND p.n < k.n), "  # noqa: S608 - engine table names, values bound
-            f"(SELECT min(x.n) FROM {M} x WHERE x.tenant = k.tenant AND x.n > k.n) "
-            f"FROM {M} k WHERE k.tenant = %s AND k.n = ANY(%s)",
-            (tenant, list(keys)),
+            # (the tenant a constant in each subquery, not `k.tenant`: Citus then sees one shard)
+            f"SELECT k.n, (SELECT max(p.n) FROM {M} p WHERE p.tenant = %(t)s AND p.n < k.n), "  # noqa: S608 - engine table names, values bound
+            f"(SELECT min(x.n) FROM {M} x WHERE x.tenant = %(t)s AND x.n > k.n) "
+            f"FROM {M} k WHERE k.tenant = %(t)s AND k.n = ANY(%(keys)s)",
+            {"t": tenant, "keys": list(keys)},
         )
         return {int(n): (None if p is None else int(p), None if x is None else int(x)) for n, p, x in rows}
 

@@ -39,8 +39,8 @@ import numpy.typing as npt
 
 from engramdb.memories.model import Visibility
 from engramdb.retrieval.lexical_channel import K1, B, FieldColumns, indexed_terms
-from engramdb.retrieval.vector_channel import best_and_ties, near_matches_among
-from engramdb.storage.ports import IndexRow, ServerIndex, VectorRow
+from engramdb.retrieval.vector_channel import best_and_ties
+from engramdb.storage.ports import IndexRow, ServerIndex
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder
@@ -257,13 +257,7 @@ class ServerVectors:
         """`VectorChannel.search`: the `k` visible memories (of `types`) nearest `query_vec`."""
         q = np.asarray(query_vec, dtype=np.float32)
         found = self.index.nearest(vis, types or None, self.embedder.name, q.tobytes(), k + NEAREST_MARGIN)
-        if not found:
-            return {}
-        keys = np.fromiter((n for n, _ in found), dtype=np.int64, count=len(found))
-        vecs = np.frombuffer(b"".join(v for _, v in found), dtype=np.float32).reshape(len(found), -1)
-        sims = np.einsum("ij,j->i", vecs, q)  # the exact index's kernel (`ExactIndex.search`)
-        order = np.lexsort((keys, -sims))[:k]
-        return dict(zip(keys[order].tolist(), sims[order].tolist(), strict=True))
+        return _rescored(found, q, k)
 
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:
         """Cosine of the query with each of `keys` (0 for memories without a vector)."""
@@ -303,27 +297,20 @@ class ServerVectors:
                 vis, frozenset({mtype}), self.embedder.name, q[i].tobytes(), limit + NEAREST_MARGIN,
                 owner=owner, min_level=level,
             )  # fmt: skip
-            if not found:
-                out.append([])
-                continue
-            keys = np.fromiter((n for n, _ in found), dtype=np.int64, count=len(found))
-            rows = np.frombuffer(b"".join(v for _, v in found), dtype=np.float32).reshape(len(found), -1)
-            sims = np.einsum("ij,j->i", rows, q[i])
-            order = np.lexsort((keys, -sims))[:limit]
-            out.append(best_and_ties({int(keys[j]): float(sims[j]) for j in order}, min_cos))
+            out.append(best_and_ties(_rescored(found, q[i], limit), min_cos))
         return out
 
-    def near_matches_in(
-        self,
-        rows: Sequence[VectorRow],
-        vecs: npt.NDArray[np.float32],
-        vis: Visibility,
-        filters: Sequence[tuple[str, str, int]],
-        min_cos: float,
-        limit: int,
-    ) -> list[list[tuple[int, float]]]:
-        """`VectorChannel.near_matches_in` (the rows are given: nothing is read)."""
-        return near_matches_among(rows, vecs, vis, filters, min_cos, limit)
+
+def _rescored(found: list[tuple[int, bytes]], q: npt.NDArray[np.float32], k: int) -> dict[int, float]:
+    """The `k` of `found` ((key, float32 vector) the server's exact scan returned, a few more than
+    k) nearest `q` by the exact index's kernel (`ExactIndex.search`), best first, ties by key."""
+    if not found:
+        return {}
+    keys = np.fromiter((n for n, _ in found), dtype=np.int64, count=len(found))
+    vecs = np.frombuffer(b"".join(v for _, v in found), dtype=np.float32).reshape(len(found), -1)
+    sims = np.einsum("ij,j->i", vecs, q)
+    order = np.lexsort((keys, -sims))[:k]
+    return dict(zip(keys[order].tolist(), sims[order].tolist(), strict=True))
 
 
 @dataclass(eq=False)

@@ -607,22 +607,6 @@ class VectorChannel:
                     out.append(best_and_ties(hit, min_cos))
             return out
 
-    def near_matches_in(
-        self,
-        rows: Sequence[VectorRow],
-        vecs: npt.NDArray[np.float32],
-        vis: Visibility,
-        filters: Sequence[tuple[str, str, int]],
-        min_cos: float,
-        limit: int = _RESCORE,
-    ) -> list[list[tuple[int, float]]]:
-        """`near_matches` among `rows` only (`engramdb.storage.ports.VectorRow`, as
-        `MemoryVectors.cache_rows` reads them: the memories changed since a lookup), exactly, with
-        the cache's own visibility rule (`VisibilityColumns`) over their attributes: for a write
-        that looked up its near-duplicates before taking the write lock and must see what other
-        writers committed in between. Rows without a vector (forgotten) never match."""
-        return near_matches_among(rows, vecs, vis, filters, min_cos, limit)
-
     def cosines(self, query_vec: npt.NDArray[np.float32], keys: list[int]) -> dict[int, float]:
         """Cosine of the query with each of `keys` (0 for memories without a vector)."""
         with self._lock:
@@ -650,7 +634,12 @@ def near_matches_among(
     min_cos: float,
     limit: int = _RESCORE,
 ) -> list[list[tuple[int, float]]]:
-    """`VectorChannel.near_matches_in`, which needs no cache: the rows are given."""
+    """`VectorChannel.near_matches` among `rows` only (`engramdb.storage.ports.VectorRow`, as
+    `MemoryVectors.cache_rows` reads them: the memories changed since a lookup), exactly, with
+    the cache's own visibility rule (`VisibilityColumns`) over their attributes: for a write
+    that looked up its near-duplicates before taking the write lock and must see what other
+    writers committed in between. No cache is needed (the rows are given), so it serves a
+    tenant the server answers too. Rows without a vector (forgotten) never match."""
     rows = [r for r in rows if r[9] is not None]
     if not rows or not len(filters):
         return [[] for _ in range(len(filters))]

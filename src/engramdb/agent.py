@@ -13,11 +13,13 @@ import datetime as dt
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, overload
 
 from engramdb.aio import in_thread
 from engramdb.errors import NotFound, ValidationError
 from engramdb.memories import prospective, reading, transfer, writing
+from engramdb.memories.conversation import remember_messages
+from engramdb.memories.filters import Where
 from engramdb.memories.model import (
     AccessRecord,
     Channel,
@@ -168,10 +170,51 @@ class Agent:
 
     # -- writing ------------------------------------------------------------------------------
 
+    @overload
     def remember(
         self,
         content: str,
         *,
+        type: MemoryType | str = ...,
+        importance: float | None = ...,
+        salience: float = ...,
+        confidence: float = ...,
+        tags: Iterable[str] | None = ...,
+        entities: Iterable[str] | None = ...,
+        title: str = ...,
+        refs: Iterable[MemoryRef] | None = ...,
+        valid_from: float | None = ...,
+        valid_to: float | None = ...,
+        shared: bool = ...,
+        status: str | None = ...,
+        created_at: float | None = ...,
+        confidentiality: Confidentiality | int | None = ...,
+        session: str | None = ...,
+        metadata: Mapping[str, object] | None = ...,
+        dedup: bool = ...,
+        force: bool = ...,
+    ) -> Memory: ...
+
+    @overload
+    def remember(
+        self,
+        content: None = ...,
+        *,
+        messages: Iterable[object],
+        importance: float | None = ...,
+        tags: Iterable[str] | None = ...,
+        shared: bool = ...,
+        confidentiality: Confidentiality | int | None = ...,
+        session: str | None = ...,
+        metadata: Mapping[str, object] | None = ...,
+        force: bool = ...,
+    ) -> list[Memory]: ...
+
+    def remember(
+        self,
+        content: str | None = None,
+        *,
+        messages: Iterable[object] | None = None,
         type: MemoryType | str = MemoryType.INFO,
         importance: float | None = None,
         salience: float = 0.0,
@@ -186,10 +229,20 @@ class Agent:
         status: str | None = None,
         created_at: float | None = None,
         confidentiality: Confidentiality | int | None = None,
+        session: str | None = None,
+        metadata: Mapping[str, object] | None = None,
         dedup: bool = True,
         force: bool = False,
-    ) -> Memory:
+    ) -> Memory | list[Memory]:
         """Store one memory and return it. Private to this agent unless `shared`.
+
+        `session` names the conversation or run it came from and `metadata` is any JSON object
+        of the caller's (at most ``Limits.metadata_chars`` as JSON); both come back on every read
+        and filter `recall`, `search`, `browse` and `forget_where` inside the store's query
+        (`engramdb.memories.filters`). Given `messages` instead of `content` — chat messages in
+        the OpenAI / LangChain shape, ``[{"role": "user", "content": "…"}, …]`` — it stores one
+        ``episode`` per turn, speaker as entity, linked ``precedes`` in order, in one
+        transaction, and returns them in order (`engramdb.memories.conversation`).
 
         With `dedup` (default), a memory within cosine `engine.dedup_threshold` (0.92) of a visible
         one of the same type, owner and tenant, at or above its confidentiality, *that makes the same
@@ -199,14 +252,39 @@ class Agent:
         an embedder the candidates are texts that are the same but for case, white space and
         punctuation. Content that was deliberately forgotten raises `Forgotten` unless `force`.
 
+        Dedup reinforces only a memory of the same session and metadata: the same words said in
+        another conversation are a memory of that conversation.
+
         Raises `ValidationError` (nothing written) for empty content, an unknown type, scores out
-        of range, a status on a non-todo, or validity that ends before it starts.
+        of range, a status on a non-todo, validity that ends before it starts, or metadata that is
+        not a JSON object of checked keys.
         """
+        if messages is not None:
+            if content is not None:
+                raise ValidationError("give content (one memory) or messages (a conversation), not both")
+            given = {
+                "type": type != MemoryType.INFO, "salience": salience != 0.0, "confidence": confidence != 1.0,
+                "entities": entities is not None, "title": title != "", "refs": refs is not None,
+                "valid_from": valid_from is not None, "valid_to": valid_to is not None, "status": status is not None,
+                "created_at": created_at is not None, "dedup": dedup is not True,
+            }  # fmt: skip
+            odd = [name for name, set_ in given.items() if set_]
+            if odd:
+                raise ValidationError(
+                    f"{', '.join(odd)} cannot be given with messages: each turn is an episode with its own "
+                    "speaker and time (give created_at per message)"
+                )
+            return remember_messages(
+                self._runtime, self._principal, messages, session=session, metadata=metadata, shared=shared,
+                confidentiality=confidentiality, importance=importance, tags=tags, force=force,
+            )  # fmt: skip
+        if content is None:
+            raise ValidationError("remember needs content (a str) or messages (a list of chat messages)")
         fields: MemoryFields = {
             "content": content, "type": type, "importance": importance, "salience": salience,
             "confidence": confidence, "tags": tags, "entities": entities, "title": title, "refs": refs,
             "valid_from": valid_from, "valid_to": valid_to, "shared": shared, "status": status,
-            "created_at": created_at, "confidentiality": confidentiality,
+            "created_at": created_at, "confidentiality": confidentiality, "session": session, "metadata": metadata,
         }  # fmt: skip
         return self.remember_many([fields], dedup=dedup, force=force)[0]
 
@@ -248,15 +326,18 @@ class Agent:
         status: str | None = None,
         tags: Iterable[str] | None = None,
         confidentiality: Confidentiality | int | None = None,
+        metadata: Mapping[str, object] | None = None,
     ) -> Memory:
         """Change a memory this agent may write (its own, or a shared one of its tenant).
 
         A content or title change keeps the previous version reachable through `history`. A new
-        confidentiality may never be below this agent's floor (`ValidationError`).
+        confidentiality may never be below this agent's floor (`ValidationError`). `metadata`
+        replaces the memory's whole metadata (``{}`` clears it).
         """
         return writing.update(
             self._runtime, self._principal, memory_id, content=content, title=title, importance=importance,
             salience=salience, confidence=confidence, status=status, tags=tags, confidentiality=confidentiality,
+            metadata=metadata,
         )  # fmt: skip
 
     def history(self, memory_id: str) -> list[MemoryVersion]:
@@ -283,6 +364,36 @@ class Agent:
         again returns the same tombstone; an id that never was (or is invisible) is `NotFound`.
         """
         return writing.forget(self._runtime, self._principal, memory_id, reason=reason)
+
+    def forget_where(
+        self,
+        *,
+        session: str | Sequence[str] | None = None,
+        where: Mapping[str, object] | None = None,
+        everything: bool = False,
+        dry_run: bool = False,
+        reason: str = "",
+    ) -> writing.ForgetReport:
+        """Forget, as `forget` does, every memory this agent may write (its own and the tenant's
+        shared ones, archived ones too) of `session` and matching `where` (a metadata filter, see
+        `engramdb.memories.filters`); with `everything` and no filter, all of them. Each leaves
+        a tombstone; text, vectors, versions, edges and recall-log mentions are erased. A
+        `dry_run` counts and names them and changes nothing.
+
+            agent.forget_where(session="chat-42", dry_run=True).count
+            agent.forget_where(where={"user_id": "u-7"}, reason="GDPR erasure request")
+        """
+        filt = Where.of(where, session=session)
+        if not isinstance(everything, bool):
+            raise ValidationError(f"everything must be True or False, got {everything!r}")
+        if filt is None and not everything:
+            raise ValidationError(
+                "forget_where needs a session or a where filter; to forget every memory this agent may "
+                "write, pass everything=True"
+            )
+        if filt is not None and everything:
+            raise ValidationError("give a filter or everything=True, not both")
+        return writing.forget_where(self._runtime, self._principal, filt, dry_run=dry_run, reason=reason)
 
     def prune(self, *, include_shared: bool = False) -> list[str]:
         """Archive this agent's memories whose retention fell below the threshold; return their ids.
@@ -319,8 +430,15 @@ class Agent:
         when: When = "auto",
         include_archived: bool = False,
         min_relevance: float | None = None,
+        session: str | Sequence[str] | None = None,
+        where: Mapping[str, object] | None = None,
     ) -> Recall:
         """The `k` memories most worth recalling for `query`, with spreading over `hops` edges.
+
+        `session` (an id or a list of them) and `where` (a metadata filter: ``{"project":
+        "apollo", "priority": {"$gte": 2}}``, see `engramdb.memories.filters`) restrict what is
+        considered inside the store's queries, before anything is ranked: every hit, near miss
+        and memory reached by spreading matches them.
 
         Deliberate channels (``recalled``, ``searched``) log the access and reinforce the hits;
         ``injected`` logs without reinforcing. `as_of` recalls what was valid at that time;
@@ -347,7 +465,9 @@ class Agent:
             raise ValidationError(f"recall logs on recalled, searched or injected, not {ch.value}")
         if not isinstance(include_archived, bool):
             raise ValidationError(f"include_archived must be True or False, got {include_archived!r}")
-        vis = self._principal.visibility(as_of=as_of, include_archived=include_archived)
+        vis = self._principal.visibility(
+            as_of=as_of, include_archived=include_archived, where=Where.of(where, session=session)
+        )
         recall, _ = self._runtime.recaller.run(
             query, vis=vis, k=k, hops=hops, types=reading.check_types(types),
             channel=ch, trace_ref=trace_ref, dry_run=False, when=when, min_relevance=min_relevance,
@@ -364,11 +484,13 @@ class Agent:
         as_of: float | None = None,
         when: When = "auto",
         min_relevance: float | None = None,
+        session: str | Sequence[str] | None = None,
+        where: Mapping[str, object] | None = None,
     ) -> Recall:
         """Like `recall` without spreading activation, logged on the ``searched`` channel."""
         return self.recall(
             query, k=k, hops=0, types=types, channel=Channel.SEARCHED, trace_ref=trace_ref, as_of=as_of, when=when,
-            min_relevance=min_relevance,
+            min_relevance=min_relevance, session=session, where=where,
         )  # fmt: skip
 
     def explain(
@@ -380,6 +502,8 @@ class Agent:
         types: Iterable[MemoryType | str] | None = None,
         as_of: float | None = None,
         when: When = "auto",
+        session: str | Sequence[str] | None = None,
+        where: Mapping[str, object] | None = None,
     ) -> Explanation:
         """Why a recall ranked what it did.
 
@@ -392,7 +516,15 @@ class Agent:
                 f"explain() takes a Recall or a str (recall id or query), got {type(recall_or_query).__name__}"
             )
         with otel.span("engramdb.explain", tenant=self.tenant, agent=self.agent_id) as span:
-            explanation = self._explain(recall_or_query, k=k, hops=hops, types=types, as_of=as_of, when=when)
+            explanation = self._explain(
+                recall_or_query,
+                k=k,
+                hops=hops,
+                types=types,
+                as_of=as_of,
+                when=when,
+                filt=Where.of(where, session=session),
+            )
             otel.set_attributes(
                 span, recall_id=explanation.recall_id, replayed=explanation.recall_id is not None,
                 hits=len(explanation.hits), near_misses=len(explanation.near_misses),
@@ -408,6 +540,7 @@ class Agent:
         types: Iterable[MemoryType | str] | None,
         as_of: float | None,
         when: When,
+        filt: Where | None = None,
     ) -> Explanation:
         rid = recall_or_query.recall_id if isinstance(recall_or_query, Recall) else recall_or_query
         if isinstance(rid, str) and (isinstance(recall_or_query, Recall) or reading.looks_like_recall_id(rid)):
@@ -424,7 +557,7 @@ class Agent:
             raise NotFound("that recall was a dry run or belongs to another agent; nothing to replay")
         reading.check_k(k, hops)
         _, explanation = self._runtime.recaller.run(
-            recall_or_query, vis=self._principal.visibility(as_of=as_of), k=k, hops=hops,
+            recall_or_query, vis=self._principal.visibility(as_of=as_of, where=filt), k=k, hops=hops,
             types=reading.check_types(types), channel=Channel.RECALLED, trace_ref=None, dry_run=True, when=when,
         )  # fmt: skip
         return explanation
@@ -483,11 +616,20 @@ class Agent:
         return reembed(self, missing_only=missing_only, progress=check_progress(progress))
 
     def memories(
-        self, *, types: Sequence[MemoryType | str] | None = None, include_archived: bool = False
+        self,
+        *,
+        types: Sequence[MemoryType | str] | None = None,
+        include_archived: bool = False,
+        session: str | Sequence[str] | None = None,
+        where: Mapping[str, object] | None = None,
     ) -> list[Memory]:
-        """Every memory this agent can see, oldest first (no access is logged). The archived husk a
-        `forget` leaves (for the access stream's sake) is not a memory and is never listed."""
-        return reading.memories(self._runtime, self._principal, types=types, include_archived=include_archived)
+        """Every memory this agent can see (of `session`, matching `where`), oldest first (no
+        access is logged). The archived husk a `forget` leaves (for the access stream's sake) is
+        not a memory and is never listed."""
+        return reading.memories(
+            self._runtime, self._principal, types=types, include_archived=include_archived,
+            where=Where.of(where, session=session),
+        )  # fmt: skip
 
     def browse(
         self,
@@ -498,6 +640,8 @@ class Agent:
         status: str = "active",
         offset: int = 0,
         limit: int = 50,
+        session: str | Sequence[str] | None = None,
+        where: Mapping[str, object] | None = None,
     ) -> MemoryPage:
         """One page of the memories this agent can see, newest first, for listing them: those
         whose title, content or tags hold `contains` (letters compared case-insensitively, ASCII
@@ -517,6 +661,7 @@ class Agent:
             status=status,
             offset=offset,
             limit=limit,
+            where=Where.of(where, session=session),
         )
 
     def tombstones(self) -> list[Tombstone]:
@@ -636,6 +781,7 @@ class Agent:
     alink = in_thread(link)
     aedges = in_thread(edges)
     aforget = in_thread(forget)
+    aforget_where = in_thread(forget_where)
     aprune = in_thread(prune)
     arestore = in_thread(restore)
     asupersede = in_thread(supersede)

@@ -20,17 +20,21 @@ from engramdb.config import TeamMemoryConfig, load_config
 from engramdb.engine_options import check_engine_options
 from engramdb.errors import ConfigError, MissingExtra
 from engramdb.memories.forgetting import ForgettingPolicy
-from engramdb.memories.model import Confidentiality, Limits
+from engramdb.memories.model import Confidentiality, Limits, Principal, Visibility
 from engramdb.memories.resolvers import ReferenceResolvers
 from engramdb.memories.runtime import Runtime, default_embedder
 from engramdb.memories.scoring import ScoringConfig
+from engramdb.memories.writing import ForgetReport, forget_where
 from engramdb.observability import otel
 from engramdb.retrieval.recall import Recaller
 from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET, CacheStats
 from engramdb.scopes.namespace import ENGINE_PREFIX, Namespace, ascii_lower
 from engramdb.storage.ports import Backend, MemoryScope
 from engramdb.storage.sqlite import SqliteBackend, SqliteSettings
-from engramdb.tenancy.ids import SHARED, check_tenant, private_namespace
+from engramdb.tenancy.ids import SHARED, check_agent_id, check_tenant, private_namespace
+
+#: who a tenant's erasure records as the forgetter of its shared memories
+_SHARED_ERASER = "engramdb-admin"
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder, Reranker
@@ -293,6 +297,29 @@ class DynamicMemoryEngine:
             shared=lambda: self.get_shared_scope(check_tenant(tenant)),
             private=lambda: self.get_private_scope(agent_id, tenant=tenant),
         )
+
+    def forget_agent(
+        self, agent_id: str, *, tenant: str = "default", dry_run: bool = False, reason: str = "agent erased"
+    ) -> ForgetReport:
+        """Forget every memory `agent_id` owns in `tenant` (archived ones too), as `Agent.forget`
+        forgets one: a tombstone each, text, vectors, versions, edges and recall-log mentions
+        erased. The tenant's shared memories stay (they are the team's; `forget_tenant` takes
+        them). A `dry_run` counts and names them and changes nothing."""
+        who = Principal(check_tenant(tenant), check_agent_id(agent_id))
+        return forget_where(self._runtime, who, None, owners=(who.agent_id,), dry_run=dry_run, reason=reason)
+
+    def forget_tenant(self, tenant: str, *, dry_run: bool = False, reason: str = "tenant erased") -> ForgetReport:
+        """Forget every memory of `tenant` — each agent's and the shared ones — as `forget_agent`
+        does, owner by owner; one report for all. Raw-SQL tables are not memories: drop them
+        through the tenant's scopes."""
+        tenant = check_tenant(tenant)
+        everyone = Visibility(tenant, "", Confidentiality.RESTRICTED, include_archived=True, cross_agent=True)
+        owners = sorted({m.owner for m in self._runtime.store.memories.listing(everyone)})
+        ids: list[str] = []
+        for owner in owners:
+            who = Principal(tenant, owner or _SHARED_ERASER)
+            ids += forget_where(self._runtime, who, None, owners=(owner,), dry_run=dry_run, reason=reason).ids
+        return ForgetReport(len(ids), tuple(ids), dry_run)
 
     def get_shared_scope(self, tenant: str = "default") -> MemoryScope:
         """The scope of the team-wide ``shared_*`` tables (of `tenant`, where the backend keeps

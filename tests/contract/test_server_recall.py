@@ -66,6 +66,9 @@ def _fill(engine: DynamicMemoryEngine, clock: FixedClock, tenant: str, seed: int
             confidentiality=rng.choice(list(Confidentiality)),
             valid_to=clock.now + 86_400 if rng.random() < 0.05 else None,
             dedup=False,
+            # (not drawn from rng: the draws above stay those of the stores the other tests read)
+            session=("s1", "s2", None)[i % 3],
+            metadata={"team": "ab"[i % 2], "n": i} if i % 5 else {},
         )
         made.append((who, m.id))
         if rng.random() < 0.8:  # (else the next one is made at the same instant: no episode)
@@ -119,6 +122,8 @@ def stores(make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock) -
         ("bob", {"types": ["episode"]}),
         ("alice", {"hops": 2}),
         ("alice", {"as_of": 1.0}),
+        ("alice", {"where": {"team": "a"}}),
+        ("bob", {"session": "s1", "where": {"$or": [{"n": {"$lt": 40}}, {"team": {"$exists": False}}]}}),
     ],
 )
 def test_a_tenant_too_large_for_the_budget_ranks_as_from_its_cache(

@@ -106,7 +106,9 @@ def test_many_listing_and_visible_ids(backend: Backend, store: Store) -> None:
     assert backend.memories.visible_keys(ALICE, keys=[keys[1], keys[2]]) == [keys[2]]
     assert backend.memories.visible_keys(ALICE, types=["skill"]) == []
     assert backend.memories.names(keys[:1]) == {keys[0]: (ms[0].id, "")}
-    assert backend.memories.contents(keys[1:2]) == {keys[1]: (ms[1].content, ())}
+    assert backend.memories.contents(keys[1:2]) == {
+        keys[1]: (ms[1].content, (), "[null,{}]")
+    }  # (no session, no metadata)
     assert backend.memories.key_of("default", ms[1].id) == keys[1]
     assert backend.memories.key_of("other", ms[1].id) is None
 
@@ -140,9 +142,9 @@ def test_same_content_finds_only_visible_memories_of_the_text(backend: Backend, 
     seen = Visibility("default", "alice", Confidentiality.INTERNAL)
     got = backend.memories.same_content(seen, [digest, digest, content_hash("nothing like it")])
     assert got == [
-        (keys[0], digest, "info", "alice", 0, text, ("Dana",)),
-        (keys[1], digest, "skill", "", 0, "the deploy key rotates weekly", ()),
-    ]  # lowest key first; the visibility is inside the query
+        (keys[0], digest, "info", "alice", 0, text, ("Dana",), "[null,{}]"),
+        (keys[1], digest, "skill", "", 0, "the deploy key rotates weekly", (), "[null,{}]"),
+    ]  # lowest key first; the visibility is inside the query (no session, no metadata: "[null,{}]")
     assert [r[0] for r in backend.memories.same_content(Visibility("default", "bob"), [digest])] == [keys[1], keys[2]]
     assert backend.memories.same_content(seen, []) == []
     # The memories whose text another visible one repeats (the archived and the hidden never count).

@@ -70,6 +70,8 @@ def test_every_memory_reads_back_the_same(upgraded: DynamicMemoryEngine, expect:
         assert [m.pop("importance_source") for m in got] == [
             "default" if m["importance"] == 5.0 else "caller" for m in expect[who]
         ], who
+        # sessions and metadata are new since the fixture too: none
+        assert [(m.pop("session"), m.pop("metadata")) for m in got] == [(None, {})] * len(got), who
         assert got == expect[who], who
 
 

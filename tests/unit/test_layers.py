@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "engramdb.config": BASE,
     "engramdb.memories": BASE,  # the package itself (empty)
     "engramdb.memories.model": BASE,
+    "engramdb.memories.filters": BASE,
     "engramdb.memories.scoring": BASE,
     "engramdb.memories.forgetting": BASE,
     "engramdb.memories.text": BASE,
@@ -71,6 +72,7 @@ LAYERS: dict[str, int] = {
     "engramdb.memories.access": SERVICES,
     "engramdb.memories.reading": SERVICES,
     "engramdb.memories.writing": SERVICES,
+    "engramdb.memories.conversation": SERVICES,
     "engramdb.memories.prospective": SERVICES,
     "engramdb.memories.references": SERVICES,
     "engramdb.memories.resolvers": SERVICES,

@@ -13,9 +13,10 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from engramdb.errors import ConfigError, ValidationError
+from engramdb.memories.filters import Where
 
 _T = TypeVar("_T")
 
@@ -179,14 +180,29 @@ class MemoryVersion:
     changed_by: str
 
 
+class AdmittedKeys(Protocol):
+    """The keys a `Visibility.where` admits, as an array-mask channel takes them
+    (`engramdb.retrieval.columns.KeySet`)."""
+
+    def mask(self, locate: Any, n: int, owner: object) -> Any:
+        """A boolean array over a cache's rows [0, n) (`locate` maps keys to its rows): True where
+        one of the keys is."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Visibility:
     """Who is looking, and at what: the one rule every read of memories carries.
 
     A memory is visible when it is in the reader's `tenant`; shared or owned by the reader (any
     agent's with `cross_agent`, the reader's own only with `own_only`); at or below the
-    confidentiality `cap`; not archived (unless `include_archived`); and — at `as_of` — valid
-    (``valid_from ≤ as_of < valid_to``, a missing bound being open).
+    confidentiality `cap`; not archived (unless `include_archived`); at `as_of`, valid
+    (``valid_from ≤ as_of < valid_to``, a missing bound being open); and, with a `where`, of the
+    sessions and metadata it names (`engramdb.memories.filters`).
+
+    The SQL forms compile `where` themselves; the array masks cannot (they hold no metadata), so a
+    caller that searches them first resolves `where` to the keys it admits (`only`, by one query
+    of the store with this same rule) and the masks keep those.
 
     The rule is this value; each backend compiles it (`engramdb.storage.sqlite.visibility` to a SQL
     predicate, `engramdb.retrieval.columns` to an array mask) and a property test holds the
@@ -201,6 +217,9 @@ class Visibility:
     cross_agent: bool = False
     include_archived: bool = False
     own_only: bool = False
+    where: Where | None = None
+    #: the keys `where` admits, resolved by the store for the array masks (None: not resolved)
+    only: AdmittedKeys | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,10 +232,13 @@ class Principal:
     cap: Confidentiality = Confidentiality.RESTRICTED
     floor: Confidentiality = Confidentiality.PUBLIC
 
-    def visibility(self, *, as_of: float | None = None, include_archived: bool = False) -> Visibility:
-        """What this principal sees: its tenant, shared and its own memories, up to its cap."""
+    def visibility(
+        self, *, as_of: float | None = None, include_archived: bool = False, where: Where | None = None
+    ) -> Visibility:
+        """What this principal sees: its tenant, shared and its own memories, up to its cap (and
+        of the sessions and metadata `where` names)."""
         when = None if as_of is None else check_time("as_of", as_of)
-        return Visibility(self.tenant, self.agent_id, self.cap, when, include_archived=include_archived)
+        return Visibility(self.tenant, self.agent_id, self.cap, when, include_archived=include_archived, where=where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +283,10 @@ class Memory:
     #: retention now (exp(−Δt/S), evaluated on read) and the projected prune time, when known
     retention: float | None = None
     prune_at: float | None = None
+    #: the conversation or run this memory came from (filterable: ``recall(…, session=…)``)
+    session: str | None = None
+    #: the caller's JSON object (a copy; filterable: ``recall(…, where={…})``)
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def shared(self) -> bool:
@@ -355,6 +381,7 @@ class Limits:
     label_chars: int = 200  # one tag or entity
     labels: int = 64  # tags (or entities) of one memory
     query_chars: int = 8_000
+    metadata_chars: int = 16_000  # one memory's metadata, as JSON
 
     def __post_init__(self) -> None:
         for f in fields(self):

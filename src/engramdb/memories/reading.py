@@ -11,6 +11,7 @@ from typing import TypedDict, cast
 from engramdb.errors import ValidationError
 from engramdb.memories import model as mm
 from engramdb.memories.access import log_accesses
+from engramdb.memories.filters import Where
 from engramdb.memories.model import (
     AccessRecord,
     Channel,
@@ -100,11 +101,17 @@ def get(rt: Runtime, who: Principal, memory_id: str, *, touch: bool = True) -> M
 
 
 def memories(
-    rt: Runtime, who: Principal, *, types: Iterable[MemoryType | str] | None = None, include_archived: bool = False
+    rt: Runtime,
+    who: Principal,
+    *,
+    types: Iterable[MemoryType | str] | None = None,
+    include_archived: bool = False,
+    where: Where | None = None,
 ) -> list[Memory]:
-    """Every memory `who` can see, oldest first (no access is logged); forgotten husks never listed."""
+    """Every memory `who` can see (that `where` admits), oldest first (no access is logged);
+    forgotten husks never listed."""
     wanted = check_types(types)
-    rows = rt.store.memories.listing(who.visibility(include_archived=include_archived))
+    rows = rt.store.memories.listing(who.visibility(include_archived=include_archived, where=where))
     now = rt.clock()
     out = [rt.annotate(m, now) for m in rows]
     return [m for m in out if wanted is None or m.type in wanted]
@@ -126,6 +133,7 @@ def browse(
     status: str = "active",
     offset: int = 0,
     limit: int = 50,
+    where: Where | None = None,
 ) -> mm.MemoryPage:
     """A page of the memories `who` can see, newest first, filtered inside the query (no access is
     logged); see `Agent.browse`."""
@@ -140,7 +148,7 @@ def browse(
     text = mm.check_text("contains", contains, limits.query_chars) if contains is not None else None
     label = mm.check_text("tag", tag, limits.label_chars) if tag is not None else None
     rows, total = rt.store.memories.page(
-        who.visibility(include_archived=status != "active"),
+        who.visibility(include_archived=status != "active", where=where),
         types=sorted(t.value for t in wanted) if wanted is not None else None,
         tag=label,
         contains=text or None,

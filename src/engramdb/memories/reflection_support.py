@@ -206,13 +206,16 @@ class ReflectionReport:
 
 
 def _mergeable(a: Memory, b: Memory) -> bool:
-    """Same owner, tenant and type; the same status and validity (a merge must not change either)."""
+    """Same owner, tenant and type; the same status and validity (a merge must not change either);
+    the same session and metadata (a merge must not move a memory out of what a filter finds)."""
     return (
         a.tenant == b.tenant
         and a.owner == b.owner
         and a.type is b.type
         and a.status == b.status
         and (a.valid_from, a.valid_to) == (b.valid_from, b.valid_to)
+        and a.session == b.session
+        and a.metadata == b.metadata
     )
 
 

@@ -48,6 +48,7 @@ from typing import IO, Any, TypeVar
 
 from engramdb.errors import BackendError, ConstraintError, ValidationError
 from engramdb.memories import model as mm
+from engramdb.memories.filters import check_metadata, check_session
 from engramdb.memories.model import Confidentiality, Edge, Memory, MemoryRef, MemoryVersion, Principal, Tombstone
 from engramdb.memories.runtime import Acting, Runtime
 from engramdb.memories.text import content_hash, pack_times
@@ -291,6 +292,8 @@ def _memory(
         status=mm.check_status(mtype, r.get("status")), refs=tuple(MemoryRef.from_json(x) for x in r.get("refs") or ()),
         last_access=None if r.get("last_access") is None else float(r["last_access"]),
         access_count=int(r.get("access_count", len(recent))), recent_accesses=recent, importance_source=source,
+        session=None if r.get("session") is None else check_session(r["session"]),
+        metadata=check_metadata(r.get("metadata"), limits.metadata_chars),
     )  # fmt: skip
     restored = Restored(
         strength=int(r.get("strength", 0)), version=int(r.get("version", 1)), archived=bool(r.get("archived", False)),

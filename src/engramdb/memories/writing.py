@@ -9,6 +9,7 @@ under its cap; any other id answers `NotFound`, exactly like a missing one.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 from engramdb.errors import Forgotten, NotFound, ValidationError
 from engramdb.memories import model as mm
 from engramdb.memories.access import log_accesses
+from engramdb.memories.filters import Where, check_metadata, check_session, context_of
 from engramdb.memories.forgetting import prunable
 from engramdb.memories.model import (
     Channel,
@@ -61,6 +63,8 @@ class MemoryFields(TypedDict, total=False):
     status: str | None
     created_at: float | None
     confidentiality: Confidentiality | int | None
+    session: str | None
+    metadata: Mapping[str, Any] | None
 
 
 _KNOWN = frozenset(MemoryFields.__annotations__)
@@ -124,7 +128,11 @@ def _prepare(who: Principal, item: Mapping[str, Any], now: float, limits: mm.Lim
     created = now if created is None else mm.check_time("created_at", created)
     level = item.get("confidentiality")
     level = who.floor if level is None else check_level(level)
+    session = item.get("session")
     return {
+        "session": None if session is None else check_session(session),
+        "metadata": (meta := check_metadata(item.get("metadata"), limits.metadata_chars)),
+        "context": context_of(None if session is None else str(session), meta),
         "content": content,
         "type": mtype,
         "scores": (imp, sal, conf),
@@ -427,7 +435,7 @@ def _duplicates(
                 if ref in texts and _repeats(prepared[j], *texts[ref]):
                     stored[j] = ref
                     break
-            elif _repeats(prepared[j], prepared[ref]["content"], prepared[ref]["entities"]):
+            elif _repeats(prepared[j], prepared[ref]["content"], prepared[ref]["entities"], prepared[ref]["context"]):
                 earlier[j] = ref
                 break
         if j in stored or j in earlier:
@@ -447,12 +455,14 @@ def _options(stored: list[tuple[int, float]], batch: list[tuple[int, float]]) ->
     return sorted((o for o in options if o[0] >= best - DEDUP_TIE), key=lambda o: (o[1], o[2]))[:DEDUP_MATCHES]
 
 
-def _repeats(item: dict[str, Any], content: str, entities: Sequence[str]) -> bool:
-    """True when the new `item` repeats a memory of `content` and `entities`: it makes the same
-    statement (`same_statement`: the same words, numbers and order; case, punctuation, articles
-    and contractions aside), and every entity it names is one the memory names (case, white space
-    and punctuation aside) — the same words about another person are another fact."""
-    if not same_statement(item["content"], content):
+def _repeats(item: dict[str, Any], content: str, entities: Sequence[str], context: str) -> bool:
+    """True when the new `item` repeats a memory of `content`, `entities` and `context` (its
+    session and metadata, `filters.context_of`): it makes the same statement (`same_statement`:
+    the same words, numbers and order; case, punctuation, articles and contractions aside), every
+    entity it names is one the memory names (case, white space and punctuation aside) — the same
+    words about another person are another fact — and it comes from the same session with the
+    same metadata (a restatement in another conversation is found by that conversation's filter)."""
+    if item["context"] != context or not same_statement(item["content"], content):
         return False
     held = {entity_token(e) for e in entities}
     return all(token is None or token in held for token in map(entity_token, item["entities"]))
@@ -467,12 +477,12 @@ def _same_text(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> t
     asked = [i for i, p in enumerate(prepared) if p["type"] not in _NEVER_MERGED]
     if not asked:
         return {}, {}
-    # (hash, type, owner): (key, level, text, entities)
-    found: dict[tuple[str, str, str], list[tuple[int, int, str, tuple[str, ...]]]] = {}
-    for n, digest, mtype, owner, level, text, entities in rt.store.memories.same_content(
+    # (hash, type, owner): (key, level, text, entities, context)
+    found: dict[tuple[str, str, str], list[tuple[int, int, str, tuple[str, ...], str]]] = {}
+    for n, digest, mtype, owner, level, text, entities, context in rt.store.memories.same_content(
         who.visibility(), [prepared[i]["hash"] for i in asked]
     ):
-        found.setdefault((digest, mtype, owner), []).append((n, level, text, entities))
+        found.setdefault((digest, mtype, owner), []).append((n, level, text, entities, context))
     stored: dict[int, int] = {}
     earlier: dict[int, int] = {}
     kept: dict[tuple[str, str, str], list[int]] = {}  # earlier items of the batch not merged
@@ -480,7 +490,9 @@ def _same_text(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> t
         p = prepared[j]
         key = (p["hash"], p["type"].value, p["owner"])
         level = int(p["level"])
-        match = next((n for n, lvl, text, ents in found.get(key, ()) if lvl >= level and _repeats(p, text, ents)), None)
+        match = next(
+            (n for n, lvl, text, ents, ctx in found.get(key, ()) if lvl >= level and _repeats(p, text, ents, ctx)), None
+        )
         if match is not None:
             stored[j] = match
             continue
@@ -489,7 +501,7 @@ def _same_text(rt: Runtime, who: Principal, prepared: list[dict[str, Any]]) -> t
                 i
                 for i in kept.get(key, ())
                 if level <= int(prepared[i]["level"]) <= int(who.cap)
-                and _repeats(p, prepared[i]["content"], prepared[i]["entities"])
+                and _repeats(p, prepared[i]["content"], prepared[i]["entities"], prepared[i]["context"])
             ),
             None,
         )
@@ -598,7 +610,8 @@ def _new_memories(who: Principal, prepared: list[dict[str, Any]], now: float) ->
             importance=p["scores"][0], salience=p["scores"][1], confidence=p["scores"][2],
             confidentiality=p["level"], created_at=p["created_at"], recorded_at=now, valid_from=p["validity"][0],
             valid_to=p["validity"][1], status=p["status"], refs=p["refs"], last_access=now, access_count=1,
-            recent_accesses=(now,), importance_source=p["importance_source"],
+            recent_accesses=(now,), importance_source=p["importance_source"], session=p["session"],
+            metadata=p["metadata"],
         )  # fmt: skip
         items.append(NewMemory(memory, p["hash"], cue_terms(memory.title, memory.content, *memory.tags), ring))
         out.append(memory)
@@ -659,6 +672,7 @@ def update(
     status: str | None = None,
     tags: Iterable[str] | None = None,
     confidentiality: Confidentiality | int | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Memory:
     """Change a memory `who` may write; see `Agent.update`."""
     now = rt.clock()
@@ -683,6 +697,7 @@ def update(
     new_content = current.content if content is None else mm.check_content(content, rt.limits)
     new_title = current.title if title is None else mm.check_text("title", title, rt.limits.title_chars)
     new_tags = current.tags if tags is None else mm.check_labels("tags", tags, rt.limits)
+    new_meta = None if metadata is None else check_metadata(metadata, rt.limits.metadata_chars)
     embedder = rt.embedder
     vec = None
     if embedder is not None and (new_content != current.content or new_title != current.title):
@@ -711,6 +726,7 @@ def update(
             importance_source=fresh.memory.importance_source if importance is None else "caller", status=new_status, version=version, n_chars=len(new_content), n_tokens=approx_tokens(new_content),
             n_sentences=mm.count_sentences(new_content), content_hash=content_hash(new_content),
             terms=cue_terms(new_title, new_content, *new_tags), confidentiality=level,
+            metadata=fresh.memory.metadata if new_meta is None else new_meta,
         )  # fmt: skip
         store.memories.update(n, change, stamp)
         if vec is not None and embedder is not None:
@@ -820,6 +836,68 @@ def forget(rt: Runtime, who: Principal, memory_id: str, *, reason: str = "") -> 
     rt.drop_vector_file()
     store.after_forget()
     return stone
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetReport:
+    """What a bulk forget did (or, as a dry run, would do): how many memories, their ids, and
+    whether anything was written."""
+
+    count: int
+    ids: tuple[str, ...]
+    dry_run: bool
+
+
+#: the most memories one bulk forget takes in one transaction (more are forgotten in several,
+#: each all or nothing; a crash between two leaves the rest for a second call to finish)
+FORGET_CHUNK = 2_000
+
+
+def forget_where(
+    rt: Runtime,
+    who: Principal,
+    where: Where | None,
+    *,
+    owners: Sequence[str] | None = None,
+    dry_run: bool = False,
+    reason: str = "",
+) -> ForgetReport:
+    """Forget every memory `who` may write (its own and the tenant's shared ones, or those of
+    `owners`) that `where` admits — archived ones too — exactly as `forget` forgets one: a
+    tombstone each, the text, vector, versions, edges and recall-log mentions erased, with their
+    merged twins. `where` None is every such memory (a whole agent or tenant). A dry run counts
+    and names them and writes nothing."""
+    if not isinstance(reason, str):
+        raise ValidationError("reason must be a str")
+    if not isinstance(dry_run, bool):
+        raise ValidationError(f"dry_run must be True or False, got {dry_run!r}")
+    allowed = ("", who.agent_id) if owners is None else tuple(owners)
+    vis = who.visibility(include_archived=True, where=where)
+    listed = [m for m in rt.store.memories.listing(vis) if m.owner in allowed]
+    ids = tuple(m.id for m in listed)
+    if dry_run or not ids:
+        return ForgetReport(len(ids), ids, dry_run)
+    store = rt.store
+    rt.load_saved_caches()  # as `forget`: close writes the side files this drops again
+    done: list[str] = []
+    for start in range(0, len(ids), FORGET_CHUNK):
+        now = rt.clock()
+        with store.atomic(), store.erasing():
+            stamp = store.changes.next(who.tenant)
+            every = who.visibility(include_archived=True)
+            for mid in ids[start : start + FORGET_CHUNK]:
+                found = store.memories.get(every, mid)
+                if found is None:  # forgotten meanwhile (or a twin of one forgotten above)
+                    continue
+                twins = _merged_twins(rt, who, found)
+                _erase(rt, who, found, reason, now, stamp)
+                done.append(mid)
+                for twin in twins:
+                    if twin.memory.owner in allowed:
+                        _erase(rt, who, twin, reason, now, stamp)
+        rt.drop_vector_file()
+        store.after_forget()
+    return ForgetReport(len(done), tuple(done), False)
 
 
 def _merged_twins(rt: Runtime, who: Principal, found: Stored) -> list[Stored]:
@@ -939,9 +1017,11 @@ def retire_weak(rt: Runtime, who: Principal, vis: mm.Visibility, *, below_streng
 
 
 __all__ = [
+    "ForgetReport",
     "MemoryFields",
     "check_level",
     "forget",
+    "forget_where",
     "link",
     "not_found",
     "prune",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,6 +17,54 @@ import numpy.typing as npt
 
 from engramdb.memories.model import Visibility
 from engramdb.vectors.npz import with_room
+
+
+class KeySet:
+    """The keys a `Visibility.where` admits, resolved by one query of the store
+    (`MemoryRows.visible_keys`), for the array masks that hold no metadata. Compared and hashed by
+    identity: each recall resolves its own, so no cache keeps a mask of another recall's set."""
+
+    __slots__ = ("_rows", "keys")
+
+    def __init__(self, keys: Iterable[int]) -> None:
+        self.keys = np.unique(np.fromiter(keys, dtype=np.int64))
+        self._rows: dict[int, tuple[int, npt.NDArray[np.bool_]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __repr__(self) -> str:
+        return f"KeySet({len(self.keys)} keys)"
+
+    def mask(
+        self, locate: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]], n: int, owner: object
+    ) -> npt.NDArray[np.bool_]:
+        """The rows [0, n) of a cache that hold one of these keys; `locate` gives a cache's rows of
+        keys (−1 for a key it does not hold). Kept per cache (`owner`) for the recall's later masks."""
+        memo = self._rows.get(id(owner))
+        if memo is not None and memo[0] == n:
+            return memo[1]
+        rows = locate(self.keys)
+        rows = rows[(rows >= 0) & (rows < n)]
+        out = np.zeros(n, dtype=np.bool_)
+        out[rows] = True
+        self._rows[id(owner)] = (n, out)
+        return out
+
+
+def restrict(
+    mask: npt.NDArray[np.bool_],
+    vis: Visibility,
+    locate: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]],
+    owner: object,
+) -> npt.NDArray[np.bool_]:
+    """`mask` (a fresh array over a cache's rows) narrowed to the keys `vis.only` holds, if any;
+    `locate` maps keys to the cache's rows (−1 for none), `owner` is the cache."""
+    if vis.only is not None:
+        mask &= vis.only.mask(locate, len(mask), owner)
+    elif vis.where is not None:
+        raise AssertionError("a Visibility with a filter reached an array mask unresolved (Recaller resolves it)")
+    return mask
 
 
 class Codes:

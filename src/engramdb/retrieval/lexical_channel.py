@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from engramdb.memories.model import Visibility
 from engramdb.retrieval import side_files
-from engramdb.retrieval.columns import VisibilityColumns
+from engramdb.retrieval.columns import VisibilityColumns, restrict
 from engramdb.retrieval.keywords import entity_terms
 from engramdb.retrieval.slots import Keys, TenantSlots
 from engramdb.storage.ports import AccessUpdate, Backend, IndexRow
@@ -655,7 +655,7 @@ class LexicalChannel:
             ks = self._slots_of(keys)
             if not len(ks):
                 return FieldColumns.empty()
-            seen = self.cols.visible(vis, n, types)
+            seen = restrict(self.cols.visible(vis, n, types), vis, self.slots.find, self)
             ks = ks[seen[ks]]
             distinct = list(dict.fromkeys(stems))
             hits = np.zeros(len(ks), dtype=np.int64)
@@ -712,7 +712,7 @@ class LexicalChannel:
             ks = self._slots_of(keys)
             if not len(ks):
                 return {}
-            ks = ks[self.cols.visible(vis, n, types)[ks]]
+            ks = ks[restrict(self.cols.visible(vis, n, types), vis, self.slots.find, self)[ks]]
             return dict(zip(self.slots.keys(ks).tolist(), self._created[ks].astype(np.float64).tolist(), strict=True))
 
     def _slots_of(self, keys: Sequence[int]) -> npt.NDArray[np.int64]:
@@ -790,7 +790,7 @@ class LexicalChannel:
             known = [t for t in terms if t is not None]
             if not known or n == 0:
                 return {}
-            mask = self.cols.visible(vis, n, types)
+            mask = restrict(self.cols.visible(vis, n, types), vis, self.slots.find, self)
             visible = int(np.count_nonzero(mask))
             if visible == 0:
                 return {}

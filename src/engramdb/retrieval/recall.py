@@ -40,17 +40,18 @@ from engramdb.memories.model import (
 )
 from engramdb.memories.text import id_tokens
 from engramdb.observability import otel
+from engramdb.retrieval.columns import KeySet
 from engramdb.retrieval.keywords import TIME_WORDS, asks_when, keywords, query_entity_tokens, query_names, stem
 from engramdb.retrieval.lexical_channel import FieldColumns
 from engramdb.retrieval.results import Explained, Explanation, Hit, Recall, Source
 from engramdb.retrieval.sequence import sequence_neighbours
+from engramdb.retrieval.server_channels import ServerPair
 from engramdb.retrieval.when import TimeWindow, When, resolve_when
 from engramdb.storage.ports import RecallRecord, Touch
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder, Reranker
     from engramdb.retrieval.lexical_channel import LexicalChannel
-    from engramdb.retrieval.server_channels import ServerPair
     from engramdb.retrieval.tenant_caches import CachePair, TenantCaches, WholeStore
     from engramdb.retrieval.vector_channel import VectorChannel
     from engramdb.storage.ports import Backend
@@ -345,6 +346,11 @@ class Recaller:
         # A tenant's caches, or the server's exact answer for a tenant too large for the budget
         # or being loaded by another thread (`TenantCaches.for_recall`): the same ranking.
         pair = self.caches.for_recall(vis.tenant)
+        if vis.where is not None and vis.only is None and not isinstance(pair, ServerPair):
+            # The caches' masks hold no metadata: the keys the filter admits, by one query of the
+            # store under the same rule, restrict them before anything is ranked (the server's
+            # own channels compile the filter into their queries).
+            vis = dataclasses.replace(vis, only=KeySet(store.memories.visible_keys(vis)))
         vchannel = pair.vectors
         latest = store.changes.current(vis.tenant)  # once for both caches (~20 us a read inside a recall)
         if vchannel is not None and self.embedder is not None:
@@ -602,6 +608,7 @@ class Recaller:
             "types": sorted(t.value for t in types) if types else None,
             "as_of": vis.as_of,
             "cap": int(vis.cap),
+            "where": None if vis.where is None else vis.where.to_json(),
             "channel": channel.value,
             "weights": ex.weights,
             "components": COMPONENT_NAMES,

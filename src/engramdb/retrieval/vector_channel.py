@@ -35,7 +35,7 @@ import numpy.typing as npt
 from engramdb.embeddings.base import Embedder
 from engramdb.memories.model import Visibility
 from engramdb.retrieval import side_files
-from engramdb.retrieval.columns import VisibilityColumns
+from engramdb.retrieval.columns import VisibilityColumns, restrict
 from engramdb.retrieval.slots import Keys, TenantSlots
 from engramdb.storage.ports import Backend, VectorRow
 from engramdb.vectors import ann
@@ -427,6 +427,16 @@ class VectorChannel:
         """The `Visibility` rule over the cached attributes (a fresh array)."""
         return self.cols.visible(vis, len(self.index))
 
+    def _rows_for(self, keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The index rows of memory `keys` (−1 for a key this cache holds no vector of)."""
+        slots = self.slots.find(keys)
+        slots = slots[slots >= 0]
+        own = getattr(self.index, "rows_of", None)
+        if own is not None:
+            return np.asarray(own(slots), dtype=np.int64)
+        found = (self.index.row_of(k) for k in slots.tolist())
+        return np.fromiter((-1 if r is None else r for r in found), dtype=np.int64, count=len(slots))
+
     def search(
         self,
         query_vec: npt.NDArray[np.float32],
@@ -441,7 +451,7 @@ class VectorChannel:
         `owner`, and at or above `min_level` — every filter applied before the top-k."""
         with self._lock:
             n = len(self.index)
-            mask = self.cols.visible(vis, n, types or None)
+            mask = restrict(self.cols.visible(vis, n, types or None), vis, self._rows_for, self)
             if owner is not None:
                 mask &= self.cols.owner[:n] == self.cols.codes.find(owner)
             if min_level is not None:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from engramdb.memories.filters import read_metadata
 from engramdb.memories.model import (
     IMPORTANCE_SOURCES,
     Confidentiality,
@@ -25,7 +26,7 @@ MEMORY_COLUMNS = (
     "n, id, tenant, owner, author, type, title, content, tags, entities, n_chars, n_tokens, n_sentences, "
     "importance, salience, confidence, strength, confidentiality, created_at, recorded_at, valid_from, "
     "valid_to, archived, status, refs, version, ring, access_count, old_count, old_newest, old_oldest, last_access, "
-    "imp_source"
+    "imp_source, session, metadata"
 )
 
 
@@ -57,7 +58,7 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
     (
         _n, mid, tenant, owner, author, mtype, title, content, tags, entities, n_chars, n_tokens, n_sent,
         imp, sal, conf, strength, level, created, recorded, vfrom, vto, archived, status, refs, version,
-        ring, count, old_count, old_newest, old_oldest, last, imp_source,
+        ring, count, old_count, old_newest, old_oldest, last, imp_source, session, metadata,
     ) = row  # fmt: skip
     return Memory(
         id=mid,
@@ -92,6 +93,8 @@ def row_to_memory(row: Sequence[Any]) -> Memory:
         older_newest=old_newest,
         older_oldest=old_oldest,
         importance_source=IMPORTANCE_SOURCES[imp_source],
+        session=session,
+        metadata=read_metadata(metadata),
     )
 
 
@@ -157,4 +160,8 @@ def visibility_predicate(vis: Visibility, alias: str, placeholder: str) -> tuple
             f"AND ({a}.valid_to IS NULL OR {a}.valid_to > {p('v_as_of')})"
         )
         params["v_as_of"] = vis.as_of
+    if vis.where is not None:
+        cond, named = vis.where.sql(a, placeholder, "sqlite" if placeholder == ":{}" else "postgres")
+        parts.append(cond)
+        params.update(named)
     return " AND ".join(parts), params

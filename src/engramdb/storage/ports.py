@@ -31,7 +31,7 @@ import abc
 import contextlib
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self, TypeAlias
 
@@ -94,6 +94,7 @@ class ContentChange:
     terms: str
     confidentiality: Confidentiality
     importance_source: str = "caller"  # `Memory.importance_source`
+    metadata: dict[str, Any] = field(default_factory=dict)  # `Memory.metadata`, whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +200,8 @@ VectorRow: TypeAlias = tuple[int, int, str, str, int, int, float | None, float |
 #: A memory's vector for reflection: (key, owner, type, confidentiality, vector).
 ScopeVector: TypeAlias = tuple[int, str, str, int, bytes]
 #: A memory whose text may repeat a new one's: (key, content hash, type, owner, confidentiality,
-#: content, entities).
-ContentMatch: TypeAlias = tuple[int, str, str, str, int, str, tuple[str, ...]]
+#: content, entities, context: `engramdb.memories.filters.context_of` its session and metadata).
+ContentMatch: TypeAlias = tuple[int, str, str, str, int, str, tuple[str, ...], str]
 #: A memory for rescoring: (key, importance, salience, ring, old_count, old_newest, old_oldest).
 RescoreRow: TypeAlias = tuple[int, float, float, bytes | None, int, float | None, float | None]
 
@@ -259,9 +260,9 @@ class MemoryRows(Protocol):
         """(id, title) of each of `keys` (already seen through a visibility)."""
         ...
 
-    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
-        """The content and entities of each of `keys` (already seen through a visibility): what
-        dedup compares a new memory with."""
+    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...], str]]:
+        """The content, entities and context (`engramdb.memories.filters.context_of`) of each of
+        `keys` (already seen through a visibility): what dedup compares a new memory with."""
         ...
 
     def retired_since(self, change: int) -> bool:

@@ -194,7 +194,7 @@ class NamespacedMemory:
         """
         if not isinstance(entry, MemoryEntry):
             raise ValidationError(f"entry must be a MemoryEntry, got {type(entry).__name__}")
-        return self.agent(scope).remember(**entry.remember_kwargs())
+        return self.agent(scope).remember_many([entry.remember_kwargs()])[0]
 
     def recall(self, scope: TenantScope, query: MemoryQuery) -> Recall:
         """The best `query.k` memories this namespace may see in `scope` (see `visibility`)."""

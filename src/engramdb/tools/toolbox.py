@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from engramdb.aio import in_thread
 from engramdb.errors import CallerError, EngramError, SqlError, ValidationError
+from engramdb.memories.filters import check_session
 from engramdb.memories.model import Memory, MemoryType
 from engramdb.retrieval.evidence import EvidenceItem, render_evidence
 from engramdb.tools.dialects import SqlDialect, dialect_of, told
@@ -152,7 +153,7 @@ def _memory_data(m: Memory) -> dict[str, Any]:
     return {
         "id": m.id, "type": m.type.value, "shared": m.shared, "owner": m.owner,
         "status": m.status.value if m.status else None, "created_at": m.created_at, "importance": m.importance,
-        "content": m.content,
+        "content": m.content, "session": m.session, "metadata": m.metadata,
     }  # fmt: skip
 
 
@@ -181,9 +182,18 @@ class MemoryToolbox:
         agent: the `Agent` every call acts as (made with its tenant, cap and floor).
         limits: what a single call may ask for (`ToolLimits`).
         tools: the names of the tools to offer (default: all of ``ALL_TOOL_SPECS``).
+        session: the conversation or run the model is in (the harness's id, never the model's):
+            every memory the tools store carries it, and recall's ``this_session`` reads it.
     """
 
-    def __init__(self, agent: Agent, *, limits: ToolLimits | None = None, tools: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        limits: ToolLimits | None = None,
+        tools: list[str] | None = None,
+        session: str | None = None,
+    ) -> None:
         from engramdb.agent import Agent
 
         if not isinstance(agent, Agent):
@@ -191,6 +201,7 @@ class MemoryToolbox:
         if limits is not None and not isinstance(limits, ToolLimits):
             raise ValidationError(f"limits must be a ToolLimits or None, got {type(limits).__name__}")
         self._agent = agent
+        self._session = None if session is None else check_session(session)
         self._limits = limits or ToolLimits()
         names = [s.name for s in ALL_TOOL_SPECS]
         if tools is not None and (isinstance(tools, str) or not isinstance(tools, Iterable)):
@@ -293,7 +304,8 @@ class MemoryToolbox:
     def _remember(self, a: dict[str, Any]) -> _Reply:
         m = self._agent.remember(
             a["content"], type=a.get("type", "info"), importance=a.get("importance"), tags=a.get("tags"),
-            shared=a.get("shared", False), force=a.get("force", False),
+            shared=a.get("shared", False), force=a.get("force", False), session=self._session,
+            metadata=a.get("metadata"),
         )  # fmt: skip
         text = f"OK: remembered as {m.id} ({m.type.value}, {'shared' if m.shared else 'private'})."
         return text, {"id": m.id, "type": m.type.value, "shared": m.shared}
@@ -302,7 +314,14 @@ class MemoryToolbox:
         return max(1, (self._limits.max_result_chars - 200) // 4)
 
     def _recall(self, a: dict[str, Any]) -> _Reply:
-        hits = self._agent.recall(a["query"], k=a.get("k", 5), min_relevance=a.get("min_relevance"))
+        session = None
+        if a.get("this_session"):
+            if self._session is None:
+                raise ValidationError("this_session needs a conversation, and this harness names none; leave it out")
+            session = self._session
+        hits = self._agent.recall(
+            a["query"], k=a.get("k", 5), min_relevance=a.get("min_relevance"), where=a.get("where"), session=session
+        )
         items = [{**_memory_data(h.memory), "relevance": h.relevance, "rank": h.rank} for h in hits.hits]
         shown, more = _fitting(items, self._limits.max_result_chars)
         data = {"recall_id": hits.recall_id, "memories": shown, "more": more, "note": hits.note}
@@ -336,7 +355,8 @@ class MemoryToolbox:
 
     def _todo_add(self, a: dict[str, Any]) -> _Reply:
         m = self._agent.remember(
-            a["content"], type=MemoryType.TODO, importance=a.get("importance"), shared=a.get("shared", False)
+            a["content"], type=MemoryType.TODO, importance=a.get("importance"), shared=a.get("shared", False),
+            session=self._session,
         )
         return f"OK: todo {m.id} added ({'shared' if m.shared else 'private'}, open).", {"id": m.id, "shared": m.shared}
 

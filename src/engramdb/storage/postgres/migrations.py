@@ -239,6 +239,17 @@ def _m0007_tenant_changes(db: psycopg.Connection[Any]) -> None:
     db.execute("DROP INDEX IF EXISTS engram.engram_memories_changed")
 
 
+def _m0008_sessions_metadata(db: psycopg.Connection[Any]) -> None:
+    # As SQLite's migration 15: the conversation a memory came from and the caller's JSON object
+    # (jsonb: typed equality and ranges inside the query, engramdb.memories.filters).
+    db.execute("ALTER TABLE engram.engram_memories ADD COLUMN IF NOT EXISTS session text")
+    db.execute("ALTER TABLE engram.engram_memories ADD COLUMN IF NOT EXISTS metadata jsonb NOT NULL DEFAULT '{}'")
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS engram_memories_session ON engram.engram_memories (tenant, session) "
+        "WHERE session IS NOT NULL"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "engine_tables", _m0001_engine_tables),
     Migration(2, "row_level_security", _m0002_row_level_security),
@@ -247,6 +258,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "unused_access_indexes", _m0005_unused_access_indexes),
     Migration(6, "importance_source", _m0006_importance_source),
     Migration(7, "tenant_changes", _m0007_tenant_changes),
+    Migration(8, "sessions_metadata", _m0008_sessions_metadata),
 )
 
 

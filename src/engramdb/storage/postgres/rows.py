@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from engramdb.memories.filters import context_of, metadata_json, read_metadata
 from engramdb.memories.model import Confidentiality, Memory, MemoryRef, TodoStatus, Visibility
 from engramdb.storage.memory_rows import (
     CALLER,
@@ -46,8 +47,8 @@ _TRIGGER = "trigger"  # the ref kind of intent triggers (engramdb.memories.prosp
 _INSERT = (
     f"INSERT INTO {M} (n, id, tenant, owner, author, type, title, content, tags, entities, n_chars, "  # noqa: S608 - engine table names and predicates, values bound
     "n_tokens, n_sentences, importance, salience, confidence, confidentiality, created_at, recorded_at, "
-    "valid_from, valid_to, status, refs, content_hash, terms, ring, access_count, last_access, changed, imp_source) "
-    "VALUES (" + ", ".join(["%s"] * 30) + ")"
+    "valid_from, valid_to, status, refs, content_hash, terms, ring, access_count, last_access, changed, imp_source, "
+    "session, metadata) VALUES (" + ", ".join(["%s"] * 31) + ", %s::jsonb)"
 )
 
 
@@ -61,6 +62,7 @@ def _row(n: int, item: NewMemory, change: int) -> tuple[Any, ...]:
         m.created_at, m.recorded_at, m.valid_from, m.valid_to,
         m.status.value if m.status else None, refs_json(m.refs), item.content_hash, item.terms,
         item.ring, m.access_count, m.last_access, change, SOURCE_CODES[m.importance_source],
+        m.session, metadata_json(m.metadata),
     )  # fmt: skip
 
 
@@ -83,7 +85,7 @@ _READ_GUARD = (
     "engram.engram_tombstones WHERE tenant = %s AND owner = %s AND content_hash = %s AND confidentiality <= %s)"
 )
 _FRESH_TAIL = (
-    f"m AS (INSERT INTO {M} ({_COLUMNS}) SELECT nextval('engram.engram_memory_keys'), {_VALUES}, c.value, %s "  # noqa: S608 - engine table names, values bound
+    f"m AS (INSERT INTO {M} ({_COLUMNS}) SELECT nextval('engram.engram_memory_keys'), {_VALUES}, c.value, %s, %s, %s::jsonb "  # noqa: S608 - engine table names, values bound
     "FROM c RETURNING n, tenant, changed), "
     "v AS (INSERT INTO engram.engram_vectors (tenant, n, model, vec) SELECT m.tenant, m.n, %s, %s FROM m "
     "WHERE %s::text IS NOT NULL), "
@@ -172,7 +174,8 @@ class PgMemoryRows:
         if not self.has_fresh_step:
             return None
         model, vec = (vector[0], _vec(vector[1])) if vector is not None else (None, None)
-        tail = (*_row(0, item, 0)[1:28], SOURCE_CODES[m.importance_source], model, vec, model, now, channel, reader)
+        row = _row(0, item, 0)
+        tail = (*row[1:28], *row[29:], model, vec, model, now, channel, reader)
         if latest is not None:
             query, params = _FRESH, (m.tenant, latest, *tail)
         else:
@@ -212,12 +215,13 @@ class PgMemoryRows:
             KEYS,
             f"UPDATE {M} SET content = %s, title = %s, tags = %s, importance = %s, salience = %s, confidence = %s, "  # noqa: S608 - engine table names and predicates, values bound
             "imp_source = %s, status = %s, version = %s, n_chars = %s, n_tokens = %s, n_sentences = %s, "
-            "content_hash = %s, terms = %s, changed = %s, confidentiality = GREATEST(confidentiality, %s) WHERE n = %s",
+            "content_hash = %s, terms = %s, metadata = %s::jsonb, changed = %s, "
+            "confidentiality = GREATEST(confidentiality, %s) WHERE n = %s",
             (
                 c.content, c.title, json.dumps(list(c.tags)), c.importance, c.salience, c.confidence,
                 SOURCE_CODES[c.importance_source],
                 c.status.value if c.status else None, c.version, c.n_chars, c.n_tokens, c.n_sentences,
-                c.content_hash, c.terms, stamp, int(c.confidentiality), key,
+                c.content_hash, c.terms, metadata_json(c.metadata), stamp, int(c.confidentiality), key,
             ),
         )  # fmt: skip
 
@@ -277,7 +281,7 @@ class PgMemoryRows:
         self._exec(
             KEYS,
             f"UPDATE {M} SET archived = 1, id = %s, content = '', title = '', tags = '[]', entities = '[]', "  # noqa: S608 - engine table names and predicates, values bound
-            "refs = '[]', terms = '', content_hash = '', changed = %s WHERE n = %s",
+            "refs = '[]', terms = '', content_hash = '', session = NULL, metadata = '{}', changed = %s WHERE n = %s",
             (retired_id, stamp, key),
         )
 
@@ -364,11 +368,15 @@ class PgMemoryRows:
         rows = self._fetch(KEYS, f"SELECT n, id, title FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
         return {int(n): (str(mid), str(title)) for n, mid, title in rows}
 
-    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
+    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...], str]]:
         if not keys:
             return {}
-        rows = self._fetch(KEYS, f"SELECT n, content, entities FROM {M} WHERE n = ANY(%s)", (list(keys),))  # noqa: S608 - engine table names and predicates, values bound
-        return {int(n): (str(c), labels(e)) for n, c, e in rows}
+        rows = self._fetch(
+            KEYS,
+            f"SELECT n, content, entities, session, metadata FROM {M} WHERE n = ANY(%s)",  # noqa: S608 - engine table name, values bound
+            (list(keys),),
+        )
+        return {int(n): (str(c), labels(e), context_of(s, read_metadata(md))) for n, c, e, s, md in rows}
 
     def retired_since(self, change: int) -> bool:
         sql = f"SELECT 1 FROM {M} WHERE changed > %s AND id LIKE 'forgotten:%%' LIMIT 1"  # noqa: S608 - engine table name, values bound
@@ -380,11 +388,14 @@ class PgMemoryRows:
         pred, params = predicate(vis)
         rows = self._fetch(
             vis.tenant,
-            f"SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content, m.entities FROM {M} m "  # noqa: S608 - engine table names and predicates, values bound
-            f"WHERE m.content_hash = ANY(%(hashes)s) AND {pred} ORDER BY m.n",
+            f"SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content, m.entities, m.session, "  # noqa: S608 - engine table names and predicates, values bound
+            f"m.metadata FROM {M} m WHERE m.content_hash = ANY(%(hashes)s) AND {pred} ORDER BY m.n",
             dict(params, hashes=sorted(set(hashes))),
         )
-        return [(int(n), str(h), str(t), str(o), int(c), str(text), labels(e)) for n, h, t, o, c, text, e in rows]
+        return [
+            (int(n), str(h), str(t), str(o), int(c), str(text), labels(e), context_of(s, read_metadata(md)))
+            for n, h, t, o, c, text, e, s, md in rows
+        ]
 
     def repeated_content(self, vis: Visibility) -> list[tuple[int, str, str, str]]:
         pred, params = predicate(vis)

@@ -244,6 +244,21 @@ def _m0014_importance_source(db: sqlite3.Connection) -> None:
         db.execute("UPDATE engram_memories SET imp_source = 0 WHERE importance = 5.0")
 
 
+def _m0015_sessions_metadata(db: sqlite3.Connection) -> None:
+    # The conversation a memory came from and the caller's JSON object, both filterable inside the
+    # store's queries (engramdb.memories.filters). The session index serves "everything of this
+    # session" (listing, bulk forget); rows without a session are not in it.
+    have = {r[1] for r in db.execute("PRAGMA table_info(engram_memories)")}
+    if "session" not in have:
+        db.execute("ALTER TABLE engram_memories ADD COLUMN session TEXT")
+    if "metadata" not in have:
+        db.execute("ALTER TABLE engram_memories ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'")
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS engram_memories_session ON engram_memories (tenant, session) "
+        "WHERE session IS NOT NULL"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "meta", _m0001_meta),
     Migration(2, "row_vectors", _m0002_row_vectors),
@@ -259,6 +274,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "wipe_table", _m0012_wipe_table),
     Migration(13, "hash_index_on_demand", _m0013_hash_index_on_demand),
     Migration(14, "importance_source", _m0014_importance_source),
+    Migration(15, "sessions_metadata", _m0015_sessions_metadata),
 )
 
 

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from engramdb.memories.filters import context_of, metadata_json, read_metadata
 from engramdb.memories.model import (
     Confidentiality,
     Memory,
@@ -135,13 +136,14 @@ class SqliteMemoryRows:
                     m.confidence, int(m.confidentiality), m.created_at, m.recorded_at, m.valid_from, m.valid_to,
                     m.status.value if m.status else None, _refs_json(m.refs), item.content_hash, item.terms,
                     item.ring, m.access_count, m.last_access, change, SOURCE_CODES[m.importance_source],
+                    m.session, metadata_json(m.metadata),
                 )
             )  # fmt: skip
         db.executemany(
             "INSERT INTO engram_memories (n, id, tenant, owner, author, type, title, content, tags, entities, n_chars, "
             "n_tokens, n_sentences, importance, salience, confidence, confidentiality, created_at, recorded_at, "
             "valid_from, valid_to, status, refs, content_hash, terms, ring, access_count, last_access, changed, "
-            "imp_source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "imp_source, session, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             rows,
         )
         return keys
@@ -152,12 +154,12 @@ class SqliteMemoryRows:
         self._db().execute(
             "UPDATE engram_memories SET content = ?, title = ?, tags = ?, importance = ?, salience = ?, confidence = ?, "
             "imp_source = ?, status = ?, version = ?, n_chars = ?, n_tokens = ?, n_sentences = ?, content_hash = ?, "
-            "terms = ?, changed = ?, confidentiality = max(confidentiality, ?) WHERE n = ?",  # never lowered, whatever raced
+            "terms = ?, metadata = ?, changed = ?, confidentiality = max(confidentiality, ?) WHERE n = ?",  # never lowered, whatever raced
             (
                 c.content, c.title, json.dumps(list(c.tags)), c.importance, c.salience, c.confidence,
                 SOURCE_CODES[c.importance_source],
                 c.status.value if c.status else None, c.version, c.n_chars, c.n_tokens, c.n_sentences,
-                c.content_hash, c.terms, stamp, int(c.confidentiality), key,
+                c.content_hash, c.terms, metadata_json(c.metadata), stamp, int(c.confidentiality), key,
             ),
         )  # fmt: skip
 
@@ -208,7 +210,7 @@ class SqliteMemoryRows:
     def retire(self, key: int, retired_id: str, stamp: int) -> None:
         self._db().execute(
             "UPDATE engram_memories SET archived = 1, id = ?, content = '', title = '', tags = '[]', entities = '[]', "
-            "refs = '[]', terms = '', content_hash = '', changed = ? WHERE n = ?",
+            "refs = '[]', terms = '', content_hash = '', session = NULL, metadata = '{}', changed = ? WHERE n = ?",
             (retired_id, stamp, key),
         )
 
@@ -323,12 +325,15 @@ class SqliteMemoryRows:
         return {int(n): (str(mid), str(title)) for n, mid, title in self._db().execute(sql, tuple(keys))}
 
     @translated
-    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
+    def contents(self, keys: Sequence[int]) -> dict[int, tuple[str, tuple[str, ...], str]]:
         if not keys:
             return {}
         marks = ",".join("?" * len(keys))
-        sql = f"SELECT n, content, entities FROM engram_memories WHERE n IN ({marks})"  # noqa: S608 - placeholders only
-        return {int(n): (str(c), labels(e)) for n, c, e in self._db().execute(sql, tuple(keys))}
+        sql = f"SELECT n, content, entities, session, metadata FROM engram_memories WHERE n IN ({marks})"  # noqa: S608 - placeholders only
+        return {
+            int(n): (str(c), labels(e), context_of(s, read_metadata(md)))
+            for n, c, e, s, md in self._db().execute(sql, tuple(keys))
+        }
 
     @translated
     def retired_since(self, change: int) -> bool:
@@ -345,12 +350,12 @@ class SqliteMemoryRows:
         for start in range(0, len(unique), _CHUNK):
             marks, named = _named("h", unique[start : start + _CHUNK])
             sql = (
-                "SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content, m.entities FROM engram_memories m "  # noqa: S608 - engine-built fragments, values bound
-                f"WHERE m.content_hash IN ({marks}) AND {pred}"
+                "SELECT m.n, m.content_hash, m.type, m.owner, m.confidentiality, m.content, m.entities, m.session, "  # noqa: S608 - engine-built fragments, values bound
+                f"m.metadata FROM engram_memories m WHERE m.content_hash IN ({marks}) AND {pred}"
             )
             out.extend(
-                (int(n), str(h), str(t), str(o), int(c), str(text), labels(e))
-                for n, h, t, o, c, text, e in db.execute(sql, dict(params, **named))
+                (int(n), str(h), str(t), str(o), int(c), str(text), labels(e), context_of(s, read_metadata(md)))
+                for n, h, t, o, c, text, e, s, md in db.execute(sql, dict(params, **named))
             )
         return sorted(out)
 

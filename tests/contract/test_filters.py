@@ -272,3 +272,35 @@ def test_a_malformed_filter_is_a_validation_error_naming_what_is_wrong(
         with pytest.raises(ValidationError, match=re.escape(needle)):
             call()
     assert len(a.memories()) == 1
+
+
+def test_a_repeated_filter_follows_every_write_in_between(
+    make_engine: Callable[..., DynamicMemoryEngine], clock: FixedClock
+) -> None:
+    """The keys a filter admits are kept from one recall to the next and brought up to date from
+    the change feed: a new memory, a metadata update, an archive, a forget, and a write made by
+    another process (engine) on the same store all show in the next recall."""
+    eng = make_engine("one", memory_embedder=fake_embedder(), vector_index="exact")
+    a = eng.agent("alice")
+    spec = {"project": "apollo"}
+
+    def seen() -> set[str]:
+        return {h.memory.content for h in a.recall("release payments budget", k=20, where=spec).hits}
+
+    first = a.remember("release notes for payments", metadata=spec)
+    a.remember("release notes for billing", metadata={"project": "zeus"})
+    assert seen() == {first.content}
+    clock.now += 60
+    second = a.remember("budget for the payments release", metadata=spec)
+    assert seen() == {first.content, second.content}
+    a.update(first.id, metadata={"project": "zeus"})
+    assert seen() == {second.content}
+    a.update(first.id, metadata=spec)
+    assert seen() == {first.content, second.content}
+    a.forget(second.id)
+    assert seen() == {first.content}
+    other = make_engine("one", memory_embedder=fake_embedder(), vector_index="exact").agent("alice")
+    third = other.remember("payments budget, third", metadata=spec)
+    assert seen() == {first.content, third.content}
+    a.forget_where(where=spec)
+    assert seen() == set()

@@ -318,3 +318,37 @@ def test_model_adapters_from_the_command_line(tmp_path: Path, monkeypatch: pytes
         httpd.server_close()
     down = _run(db, "--reranker", "http:m@http://127.0.0.1:9/v1", "recall", "grammar")
     assert down.exit_code == Exit.BACKEND and "rerank endpoint" in down.stderr
+
+
+def test_sessions_metadata_conversations_and_bulk_forget(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    m = _json(
+        _run(
+            db,
+            "--json",
+            "remember",
+            "Dana owns the grammar spec",
+            "--session",
+            "s1",
+            "--metadata",
+            '{"project": "apollo"}',
+        )
+    )
+    assert m["session"] == "s1" and m["metadata"] == {"project": "apollo"}  # type: ignore[index]
+    chat = json.dumps([{"role": "user", "content": "I moved to Berlin"}, {"role": "assistant", "content": "Noted"}])
+    turns = _json(_run(db, "--json", "remember", "--messages", "-", "--session", "s2", input=chat))
+    assert [t["content"] for t in turns] == ["user: I moved to Berlin", "assistant: Noted"]  # type: ignore[union-attr]
+    hits = _json(_run(db, "--json", "recall", "who owns what", "--where", '{"project": "apollo"}'))
+    assert [h["memory"]["id"] for h in hits["hits"]] == [m["id"]]  # type: ignore[index]
+    listed = _json(_run(db, "--json", "list", "--session", "s2"))
+    assert listed["total"] == 2  # type: ignore[index]
+    dry = _json(_run(db, "--json", "forget", "--session", "s2", "--dry-run"))
+    assert dry["count"] == 2 and dry["dry_run"] is True  # type: ignore[index]
+    assert _json(_run(db, "--json", "list"))["total"] == 3  # type: ignore[index]
+    assert _json(_run(db, "--json", "forget", "--session", "s2"))["count"] == 2  # type: ignore[index]
+    assert _json(_run(db, "--json", "list"))["total"] == 1  # type: ignore[index]
+    bad = _run(db, "recall", "x", "--where", "{not json")
+    assert bad.exit_code == Exit.REFUSED and "--where is not valid JSON" in bad.stderr
+    both = _run(db, "forget", m["id"], "--session", "s1")  # type: ignore[index]
+    assert both.exit_code == Exit.REFUSED and "not both" in both.stderr
+    assert "session: s1" in _run(db, "show", m["id"]).stdout  # type: ignore[index]

@@ -158,3 +158,27 @@ def test_never_raises_even_when_the_engine_is_closed(eng: DynamicMemoryEngine) -
     for name, args in (("remember", {"content": "x"}), ("recall", {"query": "x"}), ("memory_sql", {"sql": "SELECT 1"})):
         out = box.call(name, args)
         assert out.startswith(("REFUSED", "ERROR")), out
+
+
+def test_tools_stamp_the_harness_session_and_filter_by_metadata(eng: DynamicMemoryEngine) -> None:
+    agent = eng.agent("alice")
+    box = MemoryToolbox(agent, session="chat-7")
+    done = box.call_result("remember", {"content": "Dana owns the grammar spec", "metadata": {"project": "apollo"}})
+    assert not done.error
+    mid = done.data["id"]
+    assert (agent.get(mid, touch=False).session, agent.get(mid, touch=False).metadata) == (
+        "chat-7",
+        {"project": "apollo"},
+    )
+    agent.remember("Dana owns the billing dashboard", session="other", metadata={"project": "zeus"})
+    got = box.call_result("recall", {"query": "what does Dana own", "where": {"project": "apollo"}})
+    assert [m["id"] for m in got.data["memories"]] == [mid]
+    assert (
+        got.data["memories"][0]["metadata"] == {"project": "apollo"} and got.data["memories"][0]["session"] == "chat-7"
+    )
+    mine = box.call_result("recall", {"query": "what does Dana own", "this_session": True})
+    assert [m["id"] for m in mine.data["memories"]] == [mid]
+    bad = box.call_result("recall", {"query": "Dana", "where": {"project": {"$regex": "a"}}})
+    assert bad.error and "unknown operator" in bad.text
+    plain = MemoryToolbox(agent).call_result("recall", {"query": "Dana", "this_session": True})
+    assert plain.error and "names none" in plain.text

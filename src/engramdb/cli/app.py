@@ -179,30 +179,73 @@ def init() -> None:
     emit({"db": engine.location, "tables": engine.list_all_tables()}, f"ready: {engine.location}")
 
 
+def _json_arg(option: str, text: str | None, kind: type = dict) -> Any:
+    """The JSON `text` of `option` (None when not given); a `ValidationError` unless it is a `kind`."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(f"{option} is not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, kind):
+        what = "a JSON object" if kind is dict else "a JSON array"
+        raise ValidationError(f"{option} must be {what}, got {type(value).__name__}")
+    return value
+
+
+_session_option = click.option("--session", help="The conversation or run id (filterable later).")
+_where_option = click.option(
+    "--where", help='Only memories whose metadata matches this JSON filter, e.g. \'{"project": "apollo"}\'.'
+)
+
+
 @cli.command()
-@click.argument("content")
+@click.argument("content", required=False)
 @click.option("--type", "mtype", type=click.Choice([t.value for t in MemoryType]), default="info", show_default=True)
 @click.option("--importance", type=click.FloatRange(0, 10), default=5.0, show_default=True)
 @click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
 @click.option("--entity", "entities", multiple=True, help="A named entity the memory is about (repeatable).")
 @click.option("--shared", is_flag=True, help="Share with every agent of the tenant.")
 @click.option("--force", is_flag=True, help="Store it even if this text was forgotten before.")
+@_session_option
+@click.option("--metadata", help='A JSON object stored with the memory, e.g. \'{"source": "email"}\'.')
+@click.option(
+    "--messages",
+    type=click.File("r", encoding="utf-8"),
+    help="Instead of CONTENT: a JSON file ('-' for stdin) of chat messages [{role, content, name?, "
+    "created_at?}, ...], stored one episode per turn.",
+)
 @json_option
 def remember(
-    content: str,
+    content: str | None,
     mtype: str,
     importance: float,
     tags: tuple[str, ...],
     entities: tuple[str, ...],
     shared: bool,
     force: bool,
+    session: str | None,
+    metadata: str | None,
+    messages: Any,
 ) -> None:
-    """Store a memory; prints its id."""
-    m = (
-        settings()
-        .agent()
-        .remember(content, type=mtype, importance=importance, tags=tags, entities=entities, shared=shared, force=force)
-    )
+    """Store a memory (or, with --messages, a conversation); prints its id (one per turn)."""
+    meta = _json_arg("--metadata", metadata)
+    agent = settings().agent()
+    if messages is not None:
+        if content is not None:
+            raise ValidationError("give CONTENT or --messages, not both")
+        turns = agent.remember(
+            messages=_json_arg("--messages", messages.read(), list), session=session, metadata=meta,
+            shared=shared, force=force, tags=tags or None,
+        )  # fmt: skip
+        emit(turns, "\n".join(t.id for t in turns))
+        return
+    if content is None:
+        raise ValidationError("remember needs CONTENT (or --messages FILE)")
+    m = agent.remember(
+        content, type=mtype, importance=importance, tags=tags, entities=entities, shared=shared, force=force,
+        session=session, metadata=meta,
+    )  # fmt: skip
     emit(m, m.id)
 
 
@@ -218,13 +261,28 @@ def remember(
     help="Leave out memories less relevant than this (0-1, the relevance column): an empty answer "
     "instead of the least bad ones.",
 )
+@_session_option
+@_where_option
 @json_option
-def recall(query: str, k: int, hops: int, evidence: bool, budget: int, min_relevance: float | None) -> None:
+def recall(
+    query: str,
+    k: int,
+    hops: int,
+    evidence: bool,
+    budget: int,
+    min_relevance: float | None,
+    session: str | None,
+    where: str | None,
+) -> None:
     """Recall the memories most relevant to QUERY (logged, and reinforcing them).
 
     Each line: rank, score (the ranking, relative to this recall), relevance (0-1, comparable
     across queries), the memory."""
-    hits = settings().agent().recall(query, k=k, hops=hops, min_relevance=min_relevance)
+    hits = (
+        settings()
+        .agent()
+        .recall(query, k=k, hops=hops, min_relevance=min_relevance, session=session, where=_json_arg("--where", where))
+    )
     data = {
         "recall_id": hits.recall_id,
         "hits": [
@@ -266,13 +324,38 @@ def explain(what: str, k: int) -> None:
 
 
 @cli.command()
-@click.argument("memory_id")
+@click.argument("memory_id", required=False)
 @click.option("--reason", default="", help="Why (kept in the tombstone).")
+@_session_option
+@_where_option
+@click.option("--everything", is_flag=True, help="Every memory this agent may write (its own and the shared ones).")
+@click.option("--dry-run", is_flag=True, help="With --session/--where/--everything: count and list, change nothing.")
 @json_option
-def forget(memory_id: str, reason: str) -> None:
-    """Forget a memory for good, leaving a tombstone so the text is not stored again by accident."""
-    stone = settings().agent().forget(memory_id, reason=reason)
-    emit(stone, f"forgot {stone.memory_id}")
+def forget(
+    memory_id: str | None, reason: str, session: str | None, where: str | None, everything: bool, dry_run: bool
+) -> None:
+    """Forget a memory for good, leaving a tombstone so the text is not stored again by accident;
+    or, with --session, --where or --everything instead of MEMORY_ID, every memory they match."""
+    bulk = session is not None or where is not None or everything
+    if memory_id is not None and bulk:
+        raise ValidationError("give MEMORY_ID or --session/--where/--everything, not both")
+    if memory_id is None and not bulk:
+        raise ValidationError("forget needs MEMORY_ID, or --session/--where/--everything for many")
+    if memory_id is not None:
+        if dry_run:
+            raise ValidationError("--dry-run is for --session/--where/--everything")
+        stone = settings().agent().forget(memory_id, reason=reason)
+        emit(stone, f"forgot {stone.memory_id}")
+        return
+    report = (
+        settings()
+        .agent()
+        .forget_where(
+            session=session, where=_json_arg("--where", where), everything=everything, dry_run=dry_run, reason=reason
+        )
+    )
+    verb = "would forget" if dry_run else "forgot"
+    emit(report, "\n".join([*report.ids, f"{verb} {report.count} memories"]))
 
 
 def _when(value: float | None) -> str:
@@ -301,6 +384,8 @@ def show(memory_id: str) -> None:
             lines.append(f"title: {m.title}")
         if m.tags or m.entities:
             lines.append(f"tags: {', '.join(m.tags) or '-'}  entities: {', '.join(m.entities) or '-'}")
+        if m.session is not None or m.metadata:
+            lines.append(f"session: {m.session or '-'}  metadata: {json.dumps(m.metadata, ensure_ascii=False)}")
         lines += ["", m.content]
         if edges:
             lines += ["", "edges:"]
@@ -320,16 +405,28 @@ def show(memory_id: str) -> None:
 @click.option("--status", type=click.Choice(["active", "archived", "all"]), default="active", show_default=True)
 @click.option("--offset", type=click.IntRange(0), default=0, show_default=True, help="Skip this many (for paging).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="At most this many.")
+@_session_option
+@_where_option
 @json_option
 def list_cmd(
-    contains: str | None, types: tuple[str, ...], tag: str | None, status: str, offset: int, limit: int
+    contains: str | None,
+    types: tuple[str, ...],
+    tag: str | None,
+    status: str,
+    offset: int,
+    limit: int,
+    session: str | None,
+    where: str | None,
 ) -> None:
     """List the memories this agent can see, newest first, a page at a time (nothing reinforced)."""
     page = (
         settings()
         .agent()
-        .browse(contains=contains, types=types or None, tag=tag, status=status, offset=offset, limit=limit)
-    )
+        .browse(
+            contains=contains, types=types or None, tag=tag, status=status, offset=offset, limit=limit,
+            session=session, where=_json_arg("--where", where),
+        )
+    )  # fmt: skip
     data = {"total": page.total, "offset": page.offset, "limit": page.limit, "has_more": page.has_more,
             "memories": page.memories}  # fmt: skip
 

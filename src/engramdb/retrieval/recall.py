@@ -15,7 +15,9 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
     from engramdb.storage.ports import Backend
 
 NEAR_MISSES = 5
+#: how many recent filters' admitted keys a recaller keeps (`Recaller._admitted`)
+ADMITTED_FILTERS = 16
 #: the tenant an engine's agents are in unless they name one
 DEFAULT_TENANT = "default"
 
@@ -211,6 +215,9 @@ class Recaller:
         self._made_for: scoring.ScoringConfig | None = None
         self._weights: dict[str, float] = {}
         self._hop_configs: dict[int, scoring.ScoringConfig] = {}
+        #: the keys each recent filter admits, kept up to date from the change feed (`_admitted`)
+        self._admits: OrderedDict[Visibility, tuple[int, set[int], KeySet]] = OrderedDict()
+        self._admits_lock = threading.Lock()
 
     @property
     def lexical(self) -> LexicalChannel:
@@ -279,6 +286,37 @@ class Recaller:
 
         return neighbours
 
+    def _admitted(self, vis: Visibility, latest: int) -> KeySet:
+        """The keys `vis` (its `where` with it) admits as of change `latest`, validity aside (the
+        masks test it): read whole the first time a filter is asked for, then kept up to date by
+        the rows changed since (`MemoryRows.admitted`: a chat loop that writes between recalls
+        re-reads its few new rows, not the tenant's). The 16 most recent filters are kept."""
+        base = dataclasses.replace(vis, as_of=None, only=None)
+        with self._admits_lock:
+            held = self._admits.get(base)
+            if held is not None:
+                self._admits.move_to_end(base)
+        if held is not None and held[0] == latest:
+            return held[2]
+        if held is None:
+            keys = set(self.store.memories.visible_keys(base))
+        else:
+            keys = set(held[1])  # a copy: another thread may be reading the held one
+            for n, ok in self.store.memories.admitted(base, held[0]):
+                if ok:
+                    keys.add(n)
+                else:
+                    keys.discard(n)
+        found = KeySet(keys)
+        with self._admits_lock:
+            now_held = self._admits.get(base)
+            if now_held is None or now_held[0] <= latest:
+                self._admits[base] = (latest, keys, found)
+                self._admits.move_to_end(base)
+                while len(self._admits) > ADMITTED_FILTERS:
+                    self._admits.popitem(last=False)
+        return found
+
     # -- the pipeline -------------------------------------------------------------------------
 
     def run(
@@ -346,13 +384,13 @@ class Recaller:
         # A tenant's caches, or the server's exact answer for a tenant too large for the budget
         # or being loaded by another thread (`TenantCaches.for_recall`): the same ranking.
         pair = self.caches.for_recall(vis.tenant)
-        if vis.where is not None and vis.only is None and not isinstance(pair, ServerPair):
-            # The caches' masks hold no metadata: the keys the filter admits, by one query of the
-            # store under the same rule, restrict them before anything is ranked (the server's
-            # own channels compile the filter into their queries).
-            vis = dataclasses.replace(vis, only=KeySet(store.memories.visible_keys(vis)))
         vchannel = pair.vectors
         latest = store.changes.current(vis.tenant)  # once for both caches (~20 us a read inside a recall)
+        if vis.where is not None and vis.only is None and not isinstance(pair, ServerPair):
+            # The caches' masks hold no metadata: the keys the filter admits, by a query of the
+            # store under the same rule, restrict them before anything is ranked (the server's
+            # own channels compile the filter into their queries).
+            vis = dataclasses.replace(vis, only=self._admitted(vis, latest))
         if vchannel is not None and self.embedder is not None:
             vchannel.prefetch(store, latest)  # a cold cache reads its files beside the lexical cache's
         pair.lexical.refresh(store, latest)

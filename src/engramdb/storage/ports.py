@@ -316,6 +316,12 @@ class MemoryRows(Protocol):
         """Every key `vis` shows (of `types`, and among `keys`, when given), ascending."""
         ...
 
+    def admitted(self, vis: Visibility, since: int) -> list[tuple[int, bool]]:
+        """(key, whether `vis` shows it) of every memory of `vis.tenant` changed after change
+        `since`: what keeps a set of the keys a filter admits up to date without reading the
+        rest (recall's `Visibility.only`)."""
+        ...
+
     def key_of(self, tenant: str, memory_id: str) -> int | None:
         """The key of `memory_id` in `tenant` (engine-internal: no visibility)."""
         ...

@@ -355,7 +355,10 @@ class MemoryToolbox:
 
     def _todo_add(self, a: dict[str, Any]) -> _Reply:
         m = self._agent.remember(
-            a["content"], type=MemoryType.TODO, importance=a.get("importance"), shared=a.get("shared", False),
+            a["content"],
+            type=MemoryType.TODO,
+            importance=a.get("importance"),
+            shared=a.get("shared", False),
             session=self._session,
         )
         return f"OK: todo {m.id} added ({'shared' if m.shared else 'private'}, open).", {"id": m.id, "shared": m.shared}

@@ -489,6 +489,15 @@ class PgMemoryRows:
         rows = self._fetch(vis.tenant, f"SELECT m.n FROM {M} m WHERE {pred} ORDER BY m.n", params)  # noqa: S608 - engine table names and predicates, values bound
         return [int(r[0]) for r in rows]
 
+    def admitted(self, vis: Visibility, since: int) -> list[tuple[int, bool]]:
+        pred, params = predicate(vis)
+        rows = self._fetch(
+            vis.tenant,
+            f"SELECT m.n, coalesce({pred}, false) FROM {M} m WHERE m.tenant = %(a_tenant)s AND m.changed > %(a_since)s",  # noqa: S608 - engine table names and predicates, values bound
+            dict(params, a_since=since, a_tenant=vis.tenant),
+        )
+        return [(int(n), bool(ok)) for n, ok in rows]
+
     def key_of(self, tenant: str, memory_id: str) -> int | None:
         rows = self._fetch(tenant, f"SELECT n FROM {M} WHERE tenant = %s AND id = %s", (tenant, memory_id))  # noqa: S608 - engine table names and predicates, values bound
         return int(rows[0][0]) if rows else None

@@ -465,6 +465,16 @@ class SqliteMemoryRows:
         return sorted(out)
 
     @translated
+    def admitted(self, vis: Visibility, since: int) -> list[tuple[int, bool]]:
+        pred, params = predicate(vis)
+        rows = self._db().execute(
+            f"SELECT m.n, CASE WHEN {pred} THEN 1 ELSE 0 END FROM engram_memories m "  # noqa: S608 - engine-built fragments, values bound
+            "WHERE m.changed > :a_since AND m.tenant = :a_tenant",
+            dict(params, a_since=since, a_tenant=vis.tenant),
+        )
+        return [(int(n), bool(ok)) for n, ok in rows]
+
+    @translated
     def key_of(self, tenant: str, memory_id: str) -> int | None:
         row = (
             self._db()

@@ -208,6 +208,7 @@ class Agent:
         session: str | None = ...,
         metadata: Mapping[str, object] | None = ...,
         force: bool = ...,
+        extract: bool | None = ...,
     ) -> list[Memory]: ...
 
     def remember(
@@ -233,6 +234,7 @@ class Agent:
         metadata: Mapping[str, object] | None = None,
         dedup: bool = True,
         force: bool = False,
+        extract: bool | None = None,
     ) -> Memory | list[Memory]:
         """Store one memory and return it. Private to this agent unless `shared`.
 
@@ -242,7 +244,10 @@ class Agent:
         (`engramdb.memories.filters`). Given `messages` instead of `content` — chat messages in
         the OpenAI / LangChain shape, ``[{"role": "user", "content": "…"}, …]`` — it stores one
         ``episode`` per turn, speaker as entity, linked ``precedes`` in order, in one
-        transaction, and returns them in order (`engramdb.memories.conversation`).
+        transaction, and returns them in order (`engramdb.memories.conversation`). On an engine
+        with extraction on (``extractor=`` or ``queue_extraction=True``) — or with `extract` True —
+        the same transaction queues the turns for the extraction worker (`engramdb.llm.worker`);
+        the model never runs inside this call. `extract` False stores them without queueing.
 
         With `dedup` (default), a memory within cosine `engine.dedup_threshold` (0.92) of a visible
         one of the same type, owner and tenant, at or above its confidentiality, *that makes the same
@@ -276,10 +281,12 @@ class Agent:
                 )
             return remember_messages(
                 self._runtime, self._principal, messages, session=session, metadata=metadata, shared=shared,
-                confidentiality=confidentiality, importance=importance, tags=tags, force=force,
+                confidentiality=confidentiality, importance=importance, tags=tags, force=force, extract=extract,
             )  # fmt: skip
         if content is None:
             raise ValidationError("remember needs content (a str) or messages (a list of chat messages)")
+        if extract is not None:
+            raise ValidationError("extract applies to messages (a conversation); one memory is stored as given")
         fields: MemoryFields = {
             "content": content, "type": type, "importance": importance, "salience": salience,
             "confidence": confidence, "tags": tags, "entities": entities, "title": title, "refs": refs,
@@ -525,6 +532,7 @@ class Agent:
                 when=when,
                 filt=Where.of(where, session=session),
             )
+            explanation = reading.with_origins(self._runtime, self._principal, explanation)
             otel.set_attributes(
                 span, recall_id=explanation.recall_id, replayed=explanation.recall_id is not None,
                 hits=len(explanation.hits), near_misses=len(explanation.near_misses),

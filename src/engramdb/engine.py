@@ -19,6 +19,8 @@ from engramdb.agent import Agent
 from engramdb.config import TeamMemoryConfig, load_config
 from engramdb.engine_options import check_engine_options
 from engramdb.errors import ConfigError, MissingExtra
+from engramdb.llm.protocol import Extractor
+from engramdb.llm.worker import ExtractionWorker, revert
 from engramdb.memories.forgetting import ForgettingPolicy
 from engramdb.memories.model import Confidentiality, Limits, Principal, Visibility
 from engramdb.memories.resolvers import ReferenceResolvers
@@ -29,7 +31,7 @@ from engramdb.observability import otel
 from engramdb.retrieval.recall import Recaller
 from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET, CacheStats
 from engramdb.scopes.namespace import ENGINE_PREFIX, Namespace, ascii_lower
-from engramdb.storage.ports import Backend, MemoryScope
+from engramdb.storage.ports import Backend, Job, MemoryScope
 from engramdb.storage.sqlite import SqliteBackend, SqliteSettings
 from engramdb.tenancy.ids import SHARED, check_agent_id, check_tenant, private_namespace
 
@@ -139,6 +141,8 @@ class DynamicMemoryEngine:
         cache_budget: int | None = DEFAULT_BUDGET,
         reranker: Reranker | None = None,
         rerank_cap: Confidentiality = Confidentiality.RESTRICTED,
+        extractor: Extractor | None = None,
+        queue_extraction: bool | None = None,
     ) -> None:
         check_engine_options(path, locals())
         backend: Backend
@@ -191,6 +195,20 @@ class DynamicMemoryEngine:
         )
         self._scopes: dict[tuple[str, str], MemoryScope] = {}
         self._scopes_lock = threading.Lock()
+        # Extraction: conversations are queued when an extractor is given (or queue_extraction,
+        # for a worker in another process: `engramdb worker`); the given one runs in a thread,
+        # started at the first queued conversation.
+        self._runtime.extraction = extractor is not None if queue_extraction is None else queue_extraction
+        self._worker: ExtractionWorker | None = None
+        if extractor is not None:
+            self._worker = ExtractionWorker(self._runtime, extractor)
+            worker = self._worker
+
+            def wake() -> None:
+                worker.start()
+                worker.wake()
+
+            self._runtime.on_queued = wake
         # Scopes are made when first asked for (a backend may make roles or connections for one).
 
     # -- what the engine is made of ------------------------------------------------------------
@@ -306,7 +324,10 @@ class DynamicMemoryEngine:
         erased. The tenant's shared memories stay (they are the team's; `forget_tenant` takes
         them). A `dry_run` counts and names them and changes nothing."""
         who = Principal(check_tenant(tenant), check_agent_id(agent_id))
-        return forget_where(self._runtime, who, None, owners=(who.agent_id,), dry_run=dry_run, reason=reason)
+        report = forget_where(self._runtime, who, None, owners=(who.agent_id,), dry_run=dry_run, reason=reason)
+        if not dry_run:
+            self._runtime.store.jobs.delete(who.tenant, who.agent_id)
+        return report
 
     def forget_tenant(self, tenant: str, *, dry_run: bool = False, reason: str = "tenant erased") -> ForgetReport:
         """Forget every memory of `tenant` — each agent's and the shared ones — as `forget_agent`
@@ -319,7 +340,49 @@ class DynamicMemoryEngine:
         for owner in owners:
             who = Principal(tenant, owner or _SHARED_ERASER)
             ids += forget_where(self._runtime, who, None, owners=(owner,), dry_run=dry_run, reason=reason).ids
+        if not dry_run:
+            self._runtime.store.jobs.delete(tenant)
         return ForgetReport(len(ids), tuple(ids), dry_run)
+
+    # -- extraction (engramdb.llm.worker) ---------------------------------------------------------
+
+    def extraction_worker(self, extractor: Extractor, **options: Any) -> ExtractionWorker:
+        """A worker running this store's queued extraction jobs with `extractor`; `options` are
+        `ExtractionWorker`'s (tenant, llm_cap, lease, max_attempts, …). Call `run_once`,
+        `drain`, or `start` for a thread."""
+        return ExtractionWorker(self._runtime, extractor, **options)
+
+    @property
+    def worker(self) -> ExtractionWorker | None:
+        """The worker of the extractor given to the engine, or None."""
+        return self._worker
+
+    def pending(
+        self, *, tenant: str | None = None, agent_id: str | None = None, statuses: Sequence[str] = ("pending", "failed")
+    ) -> list[Job]:
+        """Extraction jobs not done (of `tenant`, or every tenant; of `agent_id`), oldest first:
+        each says its turns, attempts, last error and whether it is waiting or failed for good."""
+        bad = [s for s in statuses if s not in ("pending", "failed", "done")]
+        if bad or isinstance(statuses, str):
+            raise ConfigError(f"statuses are 'pending', 'failed' and 'done', got {statuses!r}")
+        return self._runtime.store.jobs.listing(
+            None if tenant is None else check_tenant(tenant),
+            agent=None if agent_id is None else check_agent_id(agent_id),
+            statuses=tuple(statuses),
+        )
+
+    def requeue(self, *, tenant: str = "default", job_ids: Sequence[str] | None = None) -> int:
+        """Failed extraction jobs of `tenant` (those of `job_ids`, or all) queued again with fresh
+        attempts; how many."""
+        n = self._runtime.store.jobs.requeue(check_tenant(tenant), self._runtime.clock(), job_ids)
+        if n and self._runtime.on_queued is not None:
+            self._runtime.on_queued()
+        return n
+
+    def revert_extraction(self, job_id: str, *, tenant: str = "default") -> int:
+        """Undo what extraction job `job_id` applied (its facts forgotten, what it superseded or
+        closed valid again), in one transaction; how many decisions were undone."""
+        return revert(self._runtime, check_tenant(tenant), job_id)
 
     def get_shared_scope(self, tenant: str = "default") -> MemoryScope:
         """The scope of the team-wide ``shared_*`` tables (of `tenant`, where the backend keeps
@@ -392,7 +455,10 @@ class DynamicMemoryEngine:
 
     def close(self) -> None:
         """Close every connection; the store stays as it is. Saves the vector side file first when
-        more than a tenth of the cached vectors changed since it was last saved."""
+        more than a tenth of the cached vectors changed since it was last saved. Stops the
+        engine's extraction thread first (after the job it is running; queued jobs stay queued)."""
+        if self._worker is not None:
+            self._worker.stop()
         self._runtime.close()
 
     def __enter__(self) -> DynamicMemoryEngine:

@@ -48,6 +48,16 @@ def check_engine_options(path: object, options: Mapping[str, Any]) -> None:
         )
     if isinstance(path, (str, os.PathLike)):
         check_path("path", path, ConfigError)
+    if options.get("queue_extraction") is not None and not isinstance(options["queue_extraction"], bool):
+        raise ConfigError(f"queue_extraction must be True, False or None, got {options['queue_extraction']!r}")
+    extractor = options.get("extractor")
+    if extractor is not None and not (
+        callable(getattr(extractor, "extract", None)) and isinstance(getattr(extractor, "name", None), str)
+    ):
+        raise ConfigError(
+            f"extractor must have a name and an extract(turns, known) method (engramdb.llm.LLMExtractor), "
+            f"got {type(extractor).__name__}"
+        )
     for flag in ("enable_embeddings", "vector_file"):
         if not isinstance(options[flag], bool):
             raise ConfigError(f"{flag} must be True or False, got {options[flag]!r}")

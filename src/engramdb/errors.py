@@ -143,6 +143,21 @@ class RerankerError(EngineFailure):
         self.status = status
 
 
+class LLMError(EngineFailure):
+    """A chat model could not be reached, refused the request or its key, timed out, or answered
+    with something that is not the JSON its task asked for. Extraction counts it against the job,
+    which stays queued (`engramdb.llm.worker`); nothing it was given is changed.
+
+    `url` is the endpoint (never with credentials); `status` the HTTP status, or None when the
+    server was not reached or its answer was malformed.
+    """
+
+    def __init__(self, message: str, url: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
 class MissingExtra(EngineFailure, ImportError):
     """An optional feature needs packages that are not installed; the message names the extra."""
 

@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "engramdb.memories.text": BASE,
     "engramdb.memories.triggers": BASE,
     "engramdb.memories.reflection_support": BASE,
+    "engramdb.llm.protocol": BASE,  # the Extractor protocol, decisions and their check
     "engramdb.retrieval": BASE,  # the package itself (empty)
     "engramdb.retrieval.when": BASE,
     "engramdb.retrieval.keywords": BASE,
@@ -60,6 +61,11 @@ LAYERS: dict[str, int] = {
     "engramdb.embeddings.hashing": ADAPTERS,
     "engramdb.embeddings.openai_compat": ADAPTERS,
     "engramdb.embeddings.http": ADAPTERS,
+    "engramdb.llm.client": ADAPTERS,  # the OpenAI-compatible chat client
+    "engramdb.llm.shipped": ADAPTERS,  # the shipped extractor, reconciler and reasoner
+    "engramdb.llm.scripted": ADAPTERS,  # a scripted local chat server for tests and benchmarks
+    "engramdb.storage.sqlite.jobs": ADAPTERS,
+    "engramdb.storage.postgres.jobs": ADAPTERS,
     "engramdb.embeddings.rerank": ADAPTERS,
     "engramdb.embeddings.fastembed": ADAPTERS,
     "engramdb.embeddings.sentence_transformers": ADAPTERS,
@@ -73,6 +79,7 @@ LAYERS: dict[str, int] = {
     "engramdb.memories.reading": SERVICES,
     "engramdb.memories.writing": SERVICES,
     "engramdb.memories.conversation": SERVICES,
+    "engramdb.llm.worker": SERVICES,  # the extraction worker
     "engramdb.memories.prospective": SERVICES,
     "engramdb.memories.references": SERVICES,
     "engramdb.memories.resolvers": SERVICES,
@@ -98,6 +105,7 @@ LAYERS: dict[str, int] = {
     "engramdb": FACADE,
     "engramdb.__main__": FACADE,
     "engramdb.engine": FACADE,
+    "engramdb.llm": FACADE,  # the package: re-exports the LLM layer
     "engramdb.engine_options": FACADE,
     "engramdb.agent": FACADE,
     "engramdb.tenancy.namespaced": FACADE,

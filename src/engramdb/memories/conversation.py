@@ -30,6 +30,8 @@ from engramdb.memories import writing
 from engramdb.memories.filters import check_metadata, check_session
 from engramdb.memories.model import EdgeType, Memory, MemoryType, Principal
 from engramdb.memories.runtime import Runtime
+from engramdb.memories.text import id_tokens
+from engramdb.storage.ports import Job
 
 #: LangChain message types by the role the OpenAI shape gives them
 _LANGCHAIN_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
@@ -127,9 +129,15 @@ def remember_messages(
     importance: float | None = None,
     tags: Iterable[str] | None = None,
     force: bool = False,
+    extract: bool | None = None,
 ) -> list[Memory]:
     """Store a conversation, one episode per turn, linked in order, in one transaction; see the
-    module docstring. Everything is checked before anything is written."""
+    module docstring. Everything is checked before anything is written. With `extract` (None:
+    as the engine is set, `Runtime.extraction`), the same transaction queues the turns for the
+    extraction worker (`engramdb.llm.worker`)."""
+    if extract is not None and not isinstance(extract, bool):
+        raise ValidationError(f"extract must be True, False or None, got {extract!r}")
+    queue = rt.extraction if extract is None else extract
     listed: Sequence[object] = list(mm.check_many("messages", messages, "a list of messages"))
     if not listed:
         raise ValidationError("messages is empty: give at least one message")
@@ -165,6 +173,11 @@ def remember_messages(
         edges = [(keys[a.id], keys[b.id], EdgeType.PRECEDES.value, 1.0) for a, b in itertools.pairwise(stored)]
         if edges:
             store.edges.put(who.tenant, edges, now=now, by=who.agent_id, replace=False)
+        if queue:
+            ids = tuple(dict.fromkeys(m.id for m in stored))
+            store.jobs.add(Job("j_" + id_tokens(now, 1)[0], who.tenant, who.agent_id, ids, now, not_before=now))
+    if queue and rt.on_queued is not None:
+        rt.on_queued()
     return stored
 
 

@@ -64,6 +64,7 @@ class Channel(enum.StrEnum):
     REINFORCED = "reinforced"
     DEREF = "deref"
     REFLECTED = "reflected"
+    EXTRACTED = "extracted"  # an extractor's decision made or changed it (engramdb.llm.worker)
 
     @property
     def deliberate(self) -> bool:

@@ -281,3 +281,20 @@ def check_k(k: object, hops: object) -> None:
         raise ValidationError(f"k must be an integer from 1 to 1000, got {k!r}")
     if isinstance(hops, bool) or not isinstance(hops, int) or not 0 <= hops <= 5:
         raise ValidationError(f"hops must be an integer from 0 to 5, got {hops!r}")
+
+
+def with_origins(rt: Runtime, who: Principal, explanation: Explanation) -> Explanation:
+    """`explanation` with `Explanation.origins` filled from the access stream (channel
+    ``extracted``) of the memories it shows."""
+    ids = [e.memory_id for e in (*explanation.hits, *explanation.near_misses)]
+    if not ids:
+        return explanation
+    keys = rt.store.memories.visible_ids(who.visibility(include_archived=True), ids)
+    origins: dict[str, tuple[str, ...]] = {}
+    for memory_id, key in keys.items():
+        said = tuple(
+            f"{r.query} (job {r.trace_ref})" for r in rt.store.accesses.records(key) if r.channel is Channel.EXTRACTED
+        )
+        if said:
+            origins[memory_id] = said
+    return dataclasses.replace(explanation, origins=origins) if origins else explanation

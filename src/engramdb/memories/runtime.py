@@ -92,6 +92,10 @@ class Runtime:
         self._lock = threading.Lock()
         self._parts: tuple[Embedder | None, TenantCaches | WholeStore, Recaller] | None = None
         self._closed = False
+        #: whether ``remember(messages=…)`` queues its turns for extraction (`engramdb.llm.worker`)
+        self.extraction = False
+        #: called after a conversation was queued (the engine's worker thread wakes on it)
+        self.on_queued: Callable[[], None] | None = None
 
     # -- parts made on first use ----------------------------------------------------------------
 

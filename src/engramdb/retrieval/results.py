@@ -105,7 +105,10 @@ class Explained:
 class Explanation:
     """A recall taken apart: each hit's components and the best candidates just below the cut.
 
-    `recall_id` is None for a dry run. `weights` are the constants the score used.
+    `recall_id` is None for a dry run. `weights` are the constants the score used. `origins`
+    names, for each memory shown that an extractor made or changed, its decisions (extractor
+    name — model and prompt version —, verdict and the ids it came from, oldest first), each
+    ending with the job it was part of (`engramdb.llm.worker`; undone by ``revert_extraction``).
     """
 
     recall_id: str | None
@@ -117,3 +120,4 @@ class Explanation:
     hits: tuple[Explained, ...]
     near_misses: tuple[Explained, ...]
     weights: dict[str, float] = field(default_factory=dict)
+    origins: dict[str, tuple[str, ...]] = field(default_factory=dict)

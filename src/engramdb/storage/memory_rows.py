@@ -21,6 +21,7 @@ from engramdb.memories.model import (
     Visibility,
 )
 from engramdb.memories.text import unpack_times
+from engramdb.storage.ports import Job
 
 MEMORY_COLUMNS = (
     "n, id, tenant, owner, author, type, title, content, tags, entities, n_chars, n_tokens, n_sentences, "
@@ -165,3 +166,20 @@ def visibility_predicate(vis: Visibility, alias: str, placeholder: str) -> tuple
         parts.append(cond)
         params.update(named)
     return " AND ".join(parts), params
+
+
+#: the columns of ``engram_jobs`` a `Job` reads back from, in `job_of`'s order
+JOB_COLUMNS = (
+    "job_id, tenant, agent, memory_ids, created_at, status, attempts, not_before, lease_until, worker, "
+    "last_error, done_at, decisions"
+)
+
+
+def job_of(row: Sequence[Any]) -> Job:
+    """The `Job` of one ``engram_jobs`` row selected as `JOB_COLUMNS`."""
+    job_id, tenant, agent, ids, created, status, attempts, not_before, lease, worker, error, done, decisions = row
+    return Job(
+        job_id, tenant, agent, tuple(json.loads(ids)), float(created), status, int(attempts), float(not_before),
+        None if lease is None else float(lease), worker, error, None if done is None else float(done),
+        tuple(json.loads(decisions)),
+    )  # fmt: skip

@@ -349,8 +349,8 @@ class MemoryRows(Protocol):
         """Archive memories `keys`; how many rows were written."""
         ...
 
-    def close_validity(self, tenant: str, memory_id: str, until: float, stamp: int) -> None:
-        """Set ``valid_to`` of `memory_id` (the fact stopped being true at `until`)."""
+    def close_validity(self, tenant: str, memory_id: str, until: float | None, stamp: int) -> None:
+        """Set ``valid_to`` of `memory_id` (the fact stopped being true at `until`; None: open again)."""
         ...
 
     def raise_level(self, keys: Sequence[int], level: Confidentiality, stamp: int) -> None:
@@ -557,6 +557,81 @@ class RecallLog(Protocol):
 
     def rewrite(self, record: RecallRecord) -> None:
         """Replace the params and near misses of the record with that recall id."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One queued extraction: the turns one ``remember(messages=…)`` call stored, by id.
+
+    It holds ids only, never text, so forgetting a turn leaves nothing of it here. `agent` stored
+    the turns; the facts are written as that agent. `status` is ``pending`` (waiting, or claimed
+    by `worker` until `lease_until`), ``done`` (`decisions` says what was applied, by ids) or
+    ``failed`` (`attempts` ran out; `last_error` says why; `ExtractionJobs.requeue` tries again).
+    """
+
+    job_id: str
+    tenant: str
+    agent: str
+    memory_ids: tuple[str, ...]
+    created_at: float
+    status: str = "pending"
+    attempts: int = 0
+    not_before: float = 0.0
+    lease_until: float | None = None
+    worker: str | None = None
+    last_error: str | None = None
+    done_at: float | None = None
+    decisions: tuple[Mapping[str, Any], ...] = ()
+
+
+class ExtractionJobs(Protocol):
+    """The durable queue of extraction work (`engramdb.llm.worker`).
+
+    A job is added inside the transaction that stores its turns, so either both are stored or
+    neither. A worker claims jobs (a lease: another worker takes a job whose lease ran out, as
+    after a crash), and finishes one inside the transaction that writes its facts: `finish`
+    returns False, and the caller rolls back, when the claim is no longer its own, so a job's
+    facts are written once.
+    """
+
+    def add(self, job: Job) -> None: ...
+
+    def claim(self, *, worker: str, now: float, lease: float, limit: int, tenant: str | None = None) -> list[Job]:
+        """Up to `limit` due pending jobs (of `tenant`, or of every tenant), oldest first, each
+        now leased to `worker` until ``now + lease`` with one more attempt counted. Call inside
+        `Backend.atomic`; concurrent claimers never get the same job."""
+        ...
+
+    def finish(self, tenant: str, job_id: str, worker: str, now: float, decisions: Sequence[Mapping[str, Any]]) -> bool:
+        """Mark the job done with what was applied, if `worker` still holds it; else False."""
+        ...
+
+    def release(
+        self, tenant: str, job_id: str, worker: str, *, error: str, retry_at: float, failed: bool, now: float
+    ) -> bool:
+        """Give the job back after a failed attempt: pending again from `retry_at`, or ``failed``;
+        False when `worker` no longer held it."""
+        ...
+
+    def get(self, tenant: str, job_id: str) -> Job | None: ...
+
+    def listing(
+        self, tenant: str | None = None, *, agent: str | None = None, statuses: Sequence[str] = ("pending", "failed")
+    ) -> list[Job]:
+        """The jobs of `tenant` (or every tenant), of `agent` if given, in those statuses, oldest first."""
+        ...
+
+    def requeue(self, tenant: str, now: float, job_ids: Sequence[str] | None = None) -> int:
+        """Failed jobs of `tenant` (those of `job_ids`, or all) pending again with fresh attempts."""
+        ...
+
+    def set_decisions(self, tenant: str, job_id: str, decisions: Sequence[Mapping[str, Any]]) -> None:
+        """Replace what the job records as applied (a revert marks its decisions reverted)."""
+        ...
+
+    def delete(self, tenant: str, agent: str | None = None) -> int:
+        """Drop the jobs of `tenant` (of `agent` only, if given); how many."""
         ...
 
 
@@ -879,6 +954,9 @@ class Backend(Protocol):
 
     @property
     def changes(self) -> ChangeSequence: ...
+
+    @property
+    def jobs(self) -> ExtractionJobs: ...
 
     @property
     def vectors(self) -> MemoryVectors: ...

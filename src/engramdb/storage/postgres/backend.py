@@ -17,6 +17,7 @@ from engramdb.scopes.namespace import Namespace
 from engramdb.storage.ports import MemoryScope
 from engramdb.storage.postgres.connection import STORE, PgStore, PostgresSettings, translate
 from engramdb.storage.postgres.graph import PgEdges
+from engramdb.storage.postgres.jobs import PgJobs
 from engramdb.storage.postgres.migrations import migrate
 from engramdb.storage.postgres.rows import PgMemoryRows
 from engramdb.storage.postgres.server_index import PgServerIndex
@@ -67,6 +68,7 @@ class PostgresBackend:
         self.recalls = PgRecallLog(self._store)
         self.versions = PgVersions(self._store)
         self.changes = PgChangeSequence(self._store)
+        self.jobs = PgJobs(self._store)
         self.vectors = PgMemoryVectors(self._store)
         #: exact reads for a tenant no cache of this process holds (`ServerIndex`)
         self.server_index = PgServerIndex(self._store)

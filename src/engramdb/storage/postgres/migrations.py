@@ -51,6 +51,8 @@ TENANT_TABLES = (
     "engram_tombstones",
     "engram_row_vectors",
 )
+#: tenant tables made by later migrations (row-level security set by each; distributed on Citus)
+LATER_TENANT_TABLES = ("engram_changes", "engram_jobs")
 #: the store-wide tables (reference tables on Citus)
 STORE_TABLES = ("engram_migrations", "engram_meta", "engram_counters")
 
@@ -250,6 +252,32 @@ def _m0008_sessions_metadata(db: psycopg.Connection[Any]) -> None:
     )
 
 
+def _m0009_extraction_jobs(db: psycopg.Connection[Any]) -> None:
+    # As SQLite's migration 16: the durable queue of LLM extraction, ids only, under row-level
+    # security like every tenant table (a worker claims across tenants under '*').
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS engram.engram_jobs (
+            tenant text NOT NULL, job_id text NOT NULL, agent text NOT NULL, memory_ids text NOT NULL,
+            created_at double precision NOT NULL, status text NOT NULL DEFAULT 'pending',
+            attempts integer NOT NULL DEFAULT 0, not_before double precision NOT NULL DEFAULT 0,
+            lease_until double precision, worker text, last_error text, done_at double precision,
+            decisions text NOT NULL DEFAULT '[]', PRIMARY KEY (tenant, job_id))"""
+    )
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS engram_jobs_due ON engram.engram_jobs (not_before, created_at) "
+        "WHERE status = 'pending'"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS engram_jobs_listing ON engram.engram_jobs (tenant, status, created_at)")
+    _tenant_policy(db, "engram_jobs")
+    role = db.execute("SELECT value FROM engram.engram_meta WHERE key = 'engine_role'").fetchone()
+    if role is not None:
+        db.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON engram.engram_jobs TO {}").format(
+                sql.Identifier(str(role[0]))
+            )
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "engine_tables", _m0001_engine_tables),
     Migration(2, "row_level_security", _m0002_row_level_security),
@@ -259,6 +287,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "importance_source", _m0006_importance_source),
     Migration(7, "tenant_changes", _m0007_tenant_changes),
     Migration(8, "sessions_metadata", _m0008_sessions_metadata),
+    Migration(9, "extraction_jobs", _m0009_extraction_jobs),
 )
 
 
@@ -327,7 +356,7 @@ def distribute(db: psycopg.Connection[Any]) -> list[str]:
         if name not in done:
             db.execute("SELECT create_reference_table(%s)", (name,))
             made.append(name)
-    for table in (_COLOCATION, *(t for t in (*TENANT_TABLES, "engram_changes") if t != _COLOCATION)):
+    for table in (_COLOCATION, *(t for t in (*TENANT_TABLES, *LATER_TENANT_TABLES) if t != _COLOCATION)):
         name = f"engram.{table}"
         if name in done:
             continue

@@ -262,7 +262,7 @@ class PgMemoryRows:
             (stamp, list(keys)),
         )
 
-    def close_validity(self, tenant: str, memory_id: str, until: float, stamp: int) -> None:
+    def close_validity(self, tenant: str, memory_id: str, until: float | None, stamp: int) -> None:
         self._exec(
             tenant,
             f"UPDATE {M} SET valid_to = %s, changed = %s WHERE tenant = %s AND id = %s",  # noqa: S608 - engine table names and predicates, values bound

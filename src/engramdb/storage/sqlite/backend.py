@@ -13,6 +13,7 @@ from engramdb.errors import TransactionError
 from engramdb.scopes.namespace import Namespace
 from engramdb.storage.sqlite.connection import SqliteSettings, SqliteStore, translate
 from engramdb.storage.sqlite.graph import SqliteEdges
+from engramdb.storage.sqlite.jobs import SqliteJobs
 from engramdb.storage.sqlite.locks import tenant_lock
 from engramdb.storage.sqlite.migrations import migrate
 from engramdb.storage.sqlite.rows import SqliteMemoryRows
@@ -51,6 +52,7 @@ class SqliteBackend:
         self.recalls = SqliteRecallLog(self._store)
         self.versions = SqliteVersions(self._store)
         self.changes = SqliteChangeSequence(self._store)
+        self.jobs = SqliteJobs(self._store)
         self.vectors = SqliteMemoryVectors(self._store)
         self.row_vectors = SqliteRowVectors(self._store)
         #: each tenant's raw-SQL tables: this file's for its home tenant, a file beside it for others

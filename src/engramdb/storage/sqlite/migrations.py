@@ -259,6 +259,22 @@ def _m0015_sessions_metadata(db: sqlite3.Connection) -> None:
     )
 
 
+def _m0016_extraction_jobs(db: sqlite3.Connection) -> None:
+    # The durable queue of LLM extraction (engramdb.llm.worker): ids of turns only, never their
+    # text. Workers look for due pending jobs; done and failed ones are listed by tenant.
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS engram_jobs (
+            tenant TEXT NOT NULL, job_id TEXT NOT NULL, agent TEXT NOT NULL, memory_ids TEXT NOT NULL,
+            created_at REAL NOT NULL, status TEXT NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0,
+            not_before REAL NOT NULL DEFAULT 0, lease_until REAL, worker TEXT, last_error TEXT, done_at REAL,
+            decisions TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (tenant, job_id))"""
+    )
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS engram_jobs_due ON engram_jobs (not_before, created_at) WHERE status = 'pending'"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS engram_jobs_listing ON engram_jobs (tenant, status, created_at)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "meta", _m0001_meta),
     Migration(2, "row_vectors", _m0002_row_vectors),
@@ -275,6 +291,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "hash_index_on_demand", _m0013_hash_index_on_demand),
     Migration(14, "importance_source", _m0014_importance_source),
     Migration(15, "sessions_metadata", _m0015_sessions_metadata),
+    Migration(16, "extraction_jobs", _m0016_extraction_jobs),
 )
 
 

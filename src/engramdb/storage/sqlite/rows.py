@@ -192,7 +192,7 @@ class SqliteMemoryRows:
         return db.total_changes - before
 
     @translated
-    def close_validity(self, tenant: str, memory_id: str, until: float, stamp: int) -> None:
+    def close_validity(self, tenant: str, memory_id: str, until: float | None, stamp: int) -> None:
         self._db().execute(
             "UPDATE engram_memories SET valid_to = ?, changed = ? WHERE id = ? AND tenant = ?",
             (until, stamp, memory_id, tenant),

@@ -352,3 +352,28 @@ def test_sessions_metadata_conversations_and_bulk_forget(tmp_path: Path) -> None
     both = _run(db, "forget", m["id"], "--session", "s1")  # type: ignore[index]
     assert both.exit_code == Exit.REFUSED and "not both" in both.stderr
     assert "session: s1" in _run(db, "show", m["id"]).stdout  # type: ignore[index]
+
+
+def test_extraction_from_the_shell(tmp_path: Path) -> None:
+    from engramdb.llm.scripted import ScriptedChatServer, rule_extractor_script
+
+    db = tmp_path / "m.db"
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "name": "maya", "content": "I live in Paris"}]))
+    assert _run(db, "remember", "--messages", str(chat), "--session", "c1", "--extract").exit_code == 0
+    jobs = _json(_run(db, "--json", "pending"))
+    assert isinstance(jobs, list) and len(jobs) == 1 and jobs[0]["status"] == "pending"
+    with ScriptedChatServer(rule_extractor_script) as server:
+        out = _run(db, "--json", "worker", "--base-url", server.url, "--model", "scripted", "--once")
+    assert out.exit_code == 0, out.output
+    report = _json(out)
+    assert isinstance(report, dict) and (report["done"], report["added"]) == (1, 1)
+    assert "no extraction jobs pending" in _run(db, "pending").output
+    recalled = _json(_run(db, "--json", "recall", "where does maya live"))
+    assert isinstance(recalled, dict) and any("maya lives in Paris" in str(h) for h in recalled["hits"])
+    done = _json(_run(db, "--json", "pending", "--done"))
+    assert isinstance(done, list)
+    undone = _json(_run(db, "--json", "revert-extraction", done[0]["job_id"]))
+    assert undone == {"job_id": done[0]["job_id"], "undone": 1}
+    refused = _run(db, "remember", "one fact", "--extract")
+    assert refused.exit_code == 3 and "--messages" in refused.output

@@ -215,6 +215,11 @@ _where_option = click.option(
     help="Instead of CONTENT: a JSON file ('-' for stdin) of chat messages [{role, content, name?, "
     "created_at?}, ...], stored one episode per turn.",
 )
+@click.option(
+    "--extract/--no-extract",
+    default=None,
+    help="With --messages: queue the turns for the extraction worker (`engramdb worker`), or not.",
+)
 @json_option
 def remember(
     content: str | None,
@@ -227,6 +232,7 @@ def remember(
     session: str | None,
     metadata: str | None,
     messages: Any,
+    extract: bool | None,
 ) -> None:
     """Store a memory (or, with --messages, a conversation); prints its id (one per turn)."""
     meta = _json_arg("--metadata", metadata)
@@ -236,10 +242,12 @@ def remember(
             raise ValidationError("give CONTENT or --messages, not both")
         turns = agent.remember(
             messages=_json_arg("--messages", messages.read(), list), session=session, metadata=meta,
-            shared=shared, force=force, tags=tags or None,
+            shared=shared, force=force, tags=tags or None, extract=extract,
         )  # fmt: skip
         emit(turns, "\n".join(t.id for t in turns))
         return
+    if extract is not None:
+        raise ValidationError("--extract/--no-extract go with --messages (a conversation)")
     if content is None:
         raise ValidationError("remember needs CONTENT (or --messages FILE)")
     m = agent.remember(
@@ -841,6 +849,107 @@ def inspect_cmd(
     emit({"url": server.url}, f"engramdb inspector: {server.url}")
     sys.stdout.flush()
     server.run()
+
+
+# -- extraction (engramdb.llm) ------------------------------------------------------------------------
+
+
+def _job_line(job: Any) -> str:
+    error = f"  last error: {job.last_error}" if job.last_error else ""
+    return (
+        f"{job.job_id}  {job.status:<7}  {job.tenant}/{job.agent}  {len(job.memory_ids)} turns  "
+        f"attempts {job.attempts}  queued {_when(job.created_at)}{error}"
+    )
+
+
+@cli.command()
+@click.option("--all-tenants", is_flag=True, help="Every tenant's jobs, not only --tenant's.")
+@click.option("--done", "with_done", is_flag=True, help="Also the jobs that are done.")
+@json_option
+def pending(all_tenants: bool, with_done: bool) -> None:
+    """Extraction jobs not done yet: waiting, being run, or failed (with their last error)."""
+    s = settings()
+    statuses = ("pending", "failed", "done") if with_done else ("pending", "failed")
+    jobs = s.engine().pending(tenant=None if all_tenants else s.tenant, statuses=statuses)
+    emit(jobs, lambda: "\n".join(_job_line(j) for j in jobs) or "no extraction jobs pending")
+
+
+@cli.command()
+@click.argument("job_ids", nargs=-1)
+@json_option
+def requeue(job_ids: tuple[str, ...]) -> None:
+    """Queue failed extraction jobs again (these JOB_IDS, or every failed one of --tenant)."""
+    s = settings()
+    n = s.engine().requeue(tenant=s.tenant, job_ids=list(job_ids) or None)
+    emit({"requeued": n}, f"requeued {n} job(s)")
+
+
+@cli.command("revert-extraction")
+@click.argument("job_id")
+@json_option
+def revert_extraction(job_id: str) -> None:
+    """Undo what one extraction job applied: its facts forgotten, what it superseded valid again."""
+    s = settings()
+    n = s.engine().revert_extraction(job_id, tenant=s.tenant)
+    emit({"job_id": job_id, "undone": n}, f"{job_id}: {n} decision(s) undone")
+
+
+@cli.command()
+@click.option("--base-url", envvar="ENGRAMDB_LLM_URL", required=True,
+              help="The chat server's API root, ending at /v1 [env ENGRAMDB_LLM_URL].")  # fmt: skip
+@click.option("--model", envvar="ENGRAMDB_LLM_MODEL", required=True, help="The model name [env ENGRAMDB_LLM_MODEL].")
+@click.option("--api-key-env", default=None, help="The environment variable holding the API key (none: no key).")
+@click.option("--llm-cap", type=click.Choice(_LEVELS), default="internal", show_default=True,
+              help="The most confidential turn or fact ever sent to the model.")  # fmt: skip
+@click.option("--all-tenants", is_flag=True, help="Run every tenant's jobs, not only --tenant's.")
+@click.option("--once", is_flag=True, help="Run the jobs due now, print what was done and exit.")
+@click.option("--idle", type=click.FloatRange(0.05, 3600), default=2.0, show_default=True,
+              help="Seconds between looks for new jobs.")  # fmt: skip
+@click.option("--lease", type=click.FloatRange(1, 86400), default=120.0, show_default=True,
+              help="Seconds a claimed job stays this worker's.")  # fmt: skip
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True,
+              help="Seconds to wait for one answer.")  # fmt: skip
+@click.option("--schema-mode", type=click.Choice(["json_schema", "json_object", "none"]), default="json_schema",
+              show_default=True, help="How structured output is asked for.")  # fmt: skip
+@json_option
+def worker(
+    base_url: str, model: str, api_key_env: str | None, llm_cap: str, all_tenants: bool, once: bool,
+    idle: float, lease: float, timeout: float, schema_mode: str,
+) -> None:  # fmt: skip
+    """Run queued extraction jobs with a chat model (any OpenAI-compatible server) until stopped.
+
+    Conversations are queued by `remember --messages FILE --extract` (or an engine made with
+    queue_extraction=True). Stop it with Ctrl-C or SIGTERM: the job being run finishes or stays
+    queued; nothing is lost either way.
+    """
+    import signal
+    import threading
+
+    from engramdb.llm import ChatClient, LLMExtractor
+
+    s = settings()
+    client = ChatClient(base_url, model, api_key_env=api_key_env, timeout=timeout, schema_mode=schema_mode)
+    w = s.engine().extraction_worker(
+        LLMExtractor(client), tenant=None if all_tenants else s.tenant, llm_cap=Confidentiality[llm_cap.upper()],
+        lease=lease,
+    )  # fmt: skip
+    if once:
+        report = w.drain()
+        emit(report, f"claimed {report.claimed}, done {report.done}, retried {report.retried}, "
+                     f"failed {report.failed}; facts added {report.added}, updated {report.updated}, "
+                     f"deleted {report.deleted}")  # fmt: skip
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    click.echo(f"engramdb worker {w.worker_id}: {client.url} model {model}; Ctrl-C to stop", err=True)
+    try:
+        while not stop.is_set():
+            report = w.drain(should_stop=stop.is_set)
+            if report.claimed:
+                click.echo(f"done {report.done}, retried {report.retried}, failed {report.failed}", err=True)
+            stop.wait(idle)
+    except KeyboardInterrupt:
+        pass
 
 
 def main() -> None:

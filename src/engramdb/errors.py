@@ -21,6 +21,7 @@
         ├── SchemaVersionError       the file was written by a newer engramdb
         ├── EmbedderError            an embedding server failed, refused the key, or answered nonsense
         ├── RerankerError            a reranker failed, refused the key, or answered nonsense (recall changed nothing)
+        ├── LLMError                 a chat model failed, timed out, refused the key, or answered nonsense (the job stays queued)
         └── MissingExtra             an optional feature's packages are not installed (names the extra)
 
 Driver exceptions (``sqlite3.*``) never leave the package: they are translated at the storage

@@ -437,8 +437,12 @@ class SqliteMemoryRows:
         db = self._db()
         for start in range(0, len(ids), _CHUNK):
             marks, named = _named("i", list(ids[start : start + _CHUNK]))
+            # The ids first, by their unique index, then each row by key (CROSS JOIN keeps that
+            # order): left to itself the planner scanned the (tenant, owner, archived) index
+            # instead — 5 ms at 10k memories, against 0.04 ms, for the ten ids of a conversation.
             for mid, n in db.execute(
-                f"SELECT m.id, m.n FROM engram_memories m WHERE m.id IN ({marks}) AND {pred}",  # noqa: S608 - engine-built fragments, values bound
+                f"SELECT m.id, m.n FROM engram_memories c CROSS JOIN engram_memories m ON m.n = c.n "  # noqa: S608 - engine-built fragments, values bound
+                f"WHERE c.id IN ({marks}) AND {pred}",
                 dict(params, **named),
             ):
                 out[str(mid)] = int(n)

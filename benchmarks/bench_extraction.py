@@ -26,7 +26,6 @@ Prints a table and writes benchmarks/out/extraction.json (commit, tree, machine,
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import signal
 import sqlite3
@@ -125,7 +124,6 @@ while True:
 
 def reliability(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from engramdb import DynamicMemoryEngine
-    from engramdb.llm import ChatClient, LLMExtractor
     from engramdb.llm.scripted import ScriptedChatServer, failing, rule_extractor_script
 
     rng = random.Random(args.seed)

@@ -169,6 +169,9 @@ def _tenant_policy(db: psycopg.Connection[Any], table: str) -> None:
     name = sql.Identifier("engram", table)
     db.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(name))
     db.execute(sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(name))
+    # Replayable, like every later migration's CREATE ... IF NOT EXISTS (PostgreSQL has no
+    # CREATE POLICY IF NOT EXISTS): a store whose migration rows were rewound keeps opening.
+    db.execute(sql.SQL("DROP POLICY IF EXISTS engram_tenant ON {}").format(name))
     db.execute(
         sql.SQL(
             "CREATE POLICY engram_tenant ON {} USING "

@@ -167,10 +167,10 @@ def remember_messages(
         )
     store = rt.store
     with store.atomic():
-        stored = writing.remember_many(rt, who, items, dedup=False, force=force)
-        keys = store.memories.visible_ids(who.visibility(), [m.id for m in stored])
+        keys: list[int] = []
+        stored = writing.remember_many(rt, who, items, dedup=False, force=force, keys=keys)
         now = rt.clock()
-        edges = [(keys[a.id], keys[b.id], EdgeType.PRECEDES.value, 1.0) for a, b in itertools.pairwise(stored)]
+        edges = [(a, b, EdgeType.PRECEDES.value, 1.0) for a, b in itertools.pairwise(keys)]
         if edges:
             store.edges.put(who.tenant, edges, now=now, by=who.agent_id, replace=False)
         if queue:

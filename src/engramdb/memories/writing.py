@@ -183,8 +183,11 @@ def remember_many(
     dedup: bool = True,
     force: bool = False,
     progress: Progress | None = None,
+    keys: list[int] | None = None,
 ) -> list[Memory]:
-    """Store many memories in one transaction (all or nothing); see `Agent.remember_many`."""
+    """Store many memories in one transaction (all or nothing); see `Agent.remember_many`.
+    `keys`, when given, receives each item's row key (in the items' order), for a caller that
+    links them in the same transaction without looking them up again."""
     with otel.span("engramdb.remember", tenant=who.tenant, agent=who.agent_id, dedup=dedup) as span:
         now = rt.clock()
         prepared = [_prepare(who, item, now, rt.limits) for item in items]
@@ -195,17 +198,25 @@ def remember_many(
             rt, [p["content"] if not p["title"] else f"{p['title']}. {p['content']}" for p in prepared], progress
         )
         report(progress, "store", 0, len(prepared))
-        out = _remember_prepared(rt, who, prepared, vectors, now, dedup=dedup, force=force)
+        out = _remember_prepared(rt, who, prepared, vectors, now, dedup=dedup, force=force, keys=keys)
         report(progress, "store", len(prepared), len(prepared))
         otel.set_attributes(span, stored=len({m.id for m in out}))
         return out
 
 
 def _remember_prepared(
-    rt: Runtime, who: Principal, prepared: list[dict[str, Any]], vectors: Any, now: float, *, dedup: bool, force: bool
+    rt: Runtime,
+    who: Principal,
+    prepared: list[dict[str, Any]],
+    vectors: Any,
+    now: float,
+    *,
+    dedup: bool,
+    force: bool,
+    keys: list[int] | None = None,
 ) -> list[Memory]:
     store = rt.store
-    if not dedup and len(prepared) == 1 and store.memories.has_fresh_step and not store.in_transaction():
+    if keys is None and not dedup and len(prepared) == 1 and store.memories.has_fresh_step and not store.in_transaction():
         # Nothing to look up before: one statement reads the sequence and the tombstones and
         # writes (PostgreSQL: one round trip). Refused by a tombstone, or another writer in
         # between: nothing written, and the path below looks again and says why.
@@ -230,7 +241,7 @@ def _remember_prepared(
         stored, earlier = (
             _duplicates(rt, who, prepared, vectors, latest) if vectors is not None else _same_text(rt, who, prepared)
         )
-    if dedup and len(prepared) == 1 and not stored and not earlier and not store.in_transaction():
+    if keys is None and dedup and len(prepared) == 1 and not stored and not earlier and not store.in_transaction():
         # Nothing to reinforce and no caller's transaction: one step where the store has one
         # (PostgreSQL: one statement, one round trip), else the general path below.
         fresh_one = _insert_fresh(rt, who, prepared[0], None if vectors is None else vectors[0], now, latest)
@@ -254,12 +265,12 @@ def _remember_prepared(
                 for j in lost:
                     del stored[j]
                 kept = sorted([*kept, *lost])
-        keys, fresh = (
+        new_keys, fresh = (
             _insert(rt, who, [prepared[i] for i in kept], None if vectors is None else vectors[kept], now, change)
             if kept
             else ([], [])
         )
-        key_of = dict(zip(kept, keys, strict=True))
+        key_of = dict(zip(kept, new_keys, strict=True))
         target = {**stored, **{j: key_of[i] for j, i in earlier.items()}}
         reread: dict[int, Memory] = {}
         reinforced: tuple[int, Any] | None = None
@@ -280,10 +291,14 @@ def _remember_prepared(
         # refresh (~23 ms of ~280).
         channel = rt.held_vectors(who.tenant)
         if channel is not None:
-            rows = [_vector_row(n, change, m, vectors[i].tobytes()) for i, n, m in zip(kept, keys, fresh, strict=True)]
+            rows = [
+                _vector_row(n, change, m, vectors[i].tobytes()) for i, n, m in zip(kept, new_keys, fresh, strict=True)
+            ]
             channel.written(store, change, rows)
             if reinforced is not None:
                 channel.passed(reinforced[0])
+    if keys is not None:
+        keys.extend(key_of[i] if i in key_of else target[i] for i in range(len(prepared)))
     by_index = dict(zip(kept, fresh, strict=True))
     again = {n: rt.annotate(m) for n, m in reread.items()}
     for n in set(target.values()) - set(again):  # not visible to the writer any more: as stored

@@ -216,7 +216,13 @@ def _remember_prepared(
     keys: list[int] | None = None,
 ) -> list[Memory]:
     store = rt.store
-    if keys is None and not dedup and len(prepared) == 1 and store.memories.has_fresh_step and not store.in_transaction():
+    if (
+        keys is None
+        and not dedup
+        and len(prepared) == 1
+        and store.memories.has_fresh_step
+        and not store.in_transaction()
+    ):
         # Nothing to look up before: one statement reads the sequence and the tombstones and
         # writes (PostgreSQL: one round trip). Refused by a tombstone, or another writer in
         # between: nothing written, and the path below looks again and says why.

@@ -1,4 +1,4 @@
-"""The README's Python examples run as written."""
+"""The Python examples of the README and of the guide pages it links run as written."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+#: pages whose every Python block runs, each page in a namespace of its own (blocks in order)
+PAGES = ("README.md", "docs/memories.md", "docs/interfaces.md")
 
 
-def _blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+def _blocks(page: Path = README) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
 
 
 def test_readme_has_exactly_two_setup_commands() -> None:
@@ -34,12 +37,20 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert found == sorted(found)
 
 
-def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_readme_stays_short() -> None:
+    # a newcomer's page: the pitch, the two set-up commands, the quickstarts, links (issue #34)
+    assert len(README.read_bytes()) <= 10_240
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "engramdb.toml").write_text('[memory]\ndb_path = ".engramdb/memory.db"\n')
     namespace: dict[str, object] = {}
-    for block in _blocks():
-        exec(compile(block, str(README), "exec"), namespace)
+    blocks = _blocks(ROOT / page)
+    assert blocks, f"{page} has no Python examples any more: drop it from PAGES"
+    for block in blocks:
+        exec(compile(block, page, "exec"), namespace)
     engine = namespace.get("engine")
     if engine is not None:
         engine.close()  # type: ignore[attr-defined]

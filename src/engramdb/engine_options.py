@@ -17,7 +17,7 @@ from engramdb.memories.forgetting import ForgettingPolicy
 from engramdb.memories.model import Confidentiality, Limits, check_path
 from engramdb.memories.scoring import ScoringConfig
 
-#: SQLite takes its busy timeout in int milliseconds (2**31 - 1 ms is 24.8 days)
+#: SQLite takes its busy timeout in int milliseconds (2**31 - 1 milliseconds is 24.8 days)
 MAX_SECONDS = 24 * 86400.0
 
 

@@ -4,11 +4,11 @@ A model2vec-style static embedding of sentence-transformers/all-MiniLM-L6-v2 (Ap
 WordPiece token of MiniLM's uncased vocabulary has one fixed 384-d vector (the teacher's output
 for that token alone, scaled by a SIF frequency weight, stored as int8 with a float32 scale per
 row). Embedding a text is: WordPiece-tokenise, average the token vectors, L2-normalise. There is
-no transformer at run time, so it needs only numpy, embeds >= 15,000 dialogue turns per second
-on one core, and adds ~16 MB resident (the 11.7 MB int8 table plus the vocabulary). It
-gives up some of the teacher's paraphrase-level accuracy for that speed, yet on LoCoMo evidence
-retrieval it ranks better than the teacher (recall@10 0.537 against 0.454; see
-benchmarks/bench_embedders.py).
+no transformer at run time, so it needs only numpy, embeds fast on one core (measured by
+benchmarks/bench_embedders.py, benchmarks/results/embedders.json), and adds ~16 MB resident (the
+11.7 MB int8 table plus the vocabulary). It gives up some of the teacher's paraphrase-level
+accuracy for that speed, yet on LoCoMo evidence retrieval it ranks better than the teacher
+(recall@10 0.537 against 0.454; see benchmarks/bench_embedders.py).
 
 The model files ship inside the package (``engramdb/embeddings/data/``) and are read with
 `importlib.resources`; nothing is downloaded. See ``data/NOTICE`` for attribution and
@@ -137,7 +137,7 @@ class StaticEmbedder:
         if n == 0:
             return out
         # Gathering every token vector of a large batch at once builds an array far larger than the
-        # CPU caches (2,000 texts: 0.44 s, slower than one by one); chunks keep it in cache.
+        # CPU caches (at 2,000 texts, slower than one by one); chunks keep it in cache.
         if n > _CHUNK:
             for start in range(0, n, _CHUNK):
                 out[start : start + _CHUNK] = self.embed(texts[start : start + _CHUNK])

@@ -177,7 +177,7 @@ def _pairs(
     """Pairs of `rows` (row indices of `mat`) with lo ≤ cosine (< hi), at most `k` per earlier row.
 
     Up to `cfg.exact_pairs_up_to` rows every pair is compared (`_exact_pairs`). Beyond, comparing
-    every pair grows with n² (about an hour for a million memories on two cores), so the rows are
+    every pair grows with n² (impractical for a million memories on two cores), so the rows are
     first clustered (`_clusters`) and only rows sharing a cluster are compared: a pair whose two
     ends fall in different clusters can be missed. None when `stop` fired.
     """

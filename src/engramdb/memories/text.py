@@ -32,7 +32,7 @@ def id_tokens(now: float, count: int) -> list[str]:
     Tokens of one second sort after every earlier second's, so the unique indexes on memory and
     recall ids grow at their end. Random-only ids put each new id on a random page of those
     indexes: at 1M memories that was ~630 of the ~2,200 pages a batch of 1,000 writes to the
-    WAL, and ~35 ms of the batch. An id therefore tells when it was minted, to the second; the
+    WAL. An id therefore tells when it was minted, to the second; the
     memory's `recorded_at` says as much to anyone who can see it."""
     second = 0 if math.isnan(now) else int(min(max(now, 0.0), float(_LAST_STAMP)))
     randomness = secrets.token_hex(8 * count)

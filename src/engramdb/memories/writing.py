@@ -230,8 +230,8 @@ def _remember_prepared(
         fresh_one = _insert_fresh(rt, who, prepared[0], vector, now, None, unless=None if force else who.cap)
         if fresh_one is not None:
             return [fresh_one]
-    # The tombstones and the dedup lookup are read before the write lock is taken (a lookup at 1M
-    # memories takes 0.3 ms one item, ~100 ms a batch: not under the lock every writer waits for).
+    # The tombstones and the dedup lookup are read before the write lock is taken (at 1M memories a
+    # lookup is a large share of a write, a batch's above all: not under the lock every writer waits for).
     # `latest` is the change sequence they read at; inside the transaction, a write that finds the
     # sequence moved on (another writer committed in between) checks again what those writers did.
     if force:
@@ -294,7 +294,7 @@ def _remember_prepared(
         # written instead of reading them back (`VectorChannel.written`), and passes over the
         # reinforcement, which changed only access state (ring, counts), nothing it holds. A batch
         # of 1,000 with duplicates at 1M memories read its ~1,000 rows back in the next call's
-        # refresh (~23 ms of ~280).
+        # refresh, a measurable share of that call.
         channel = rt.held_vectors(who.tenant)
         if channel is not None:
             rows = [
@@ -404,7 +404,7 @@ def _refuse(prepared: list[dict[str, Any]], stones: Mapping[tuple[str, str], Tom
 #: unless more than this many memories share its vector (the same words about 16 other people).
 #: Matches that are merely near are not tried: each is one more row read, and in the benchmark
 #: corpus most items have several within 0.01 of the best (at 1M memories, trying them made
-#: single writes 35-40% slower).
+#: single writes markedly slower).
 DEDUP_MATCHES = 16
 DEDUP_TIE = 1e-5
 
@@ -621,7 +621,7 @@ def _new_memories(who: Principal, prepared: list[dict[str, Any]], now: float) ->
     ring = pack_times([now])  # creation is the first deliberate access
     out: list[Memory] = []
     items: list[NewMemory] = []
-    # One read of the system's randomness for the whole batch (one per id cost ~2% of a batch).
+    # One read of the system's randomness for the whole batch (one per id was a measurable cost of a batch).
     tokens = id_tokens(now, len(prepared))
     for i, p in enumerate(prepared):
         memory = Memory(

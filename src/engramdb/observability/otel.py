@@ -45,7 +45,7 @@ _state: dict[str, Any] = {
     "tracer": None,
     "capture_text": os.environ.get("ENGRAMDB_OTEL_CAPTURE_TEXT") == "1",
     # Spans for every raw-SQL scope call (execute, executemany, query, stream): opt-in, since a
-    # span costs ~10 µs and a scope call ~6 µs (ENGRAMDB_OTEL_SCOPE_SQL=1, or configure(scope_sql=True)).
+    # span costs more than the scope call it traces (ENGRAMDB_OTEL_SCOPE_SQL=1, or configure(scope_sql=True)).
     "scope_sql": os.environ.get("ENGRAMDB_OTEL_SCOPE_SQL") == "1",
 }
 
@@ -120,8 +120,8 @@ def _tracer() -> Any:
 
 def _tracing() -> bool:
     """False while no tracer provider is set (neither by `configure` nor globally, e.g. by
-    ``opentelemetry-sdk``): every span would be a non-recording no-op, and making one cost ~7 µs a
-    call (a recall or remember). Checked at each span, so a provider set later is used at once."""
+    ``opentelemetry-sdk``): every span would be a non-recording no-op, and making one would still
+    add to every call (a recall or remember). Checked at each span, so a provider set later is used at once."""
     if _state["provider"] is not None:
         return True
     assert _trace is not None

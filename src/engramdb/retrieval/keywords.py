@@ -173,7 +173,7 @@ def hits(text: str, kws: Iterable[str]) -> int:
 #: The Snowball English (Porter2) stemmer. Measured on LoCoMo categories 1-4, BM25 recall@10 with
 #: it 0.604 against 0.586 with the light suffix-stripper it replaced. snowballstemmer hands out
 #: PyStemmer's C build of it (a dependency) when that imports, else its own pure-Python one: the
-#: same stems, 0.8 against 14 us a word (new words are stemmed on every write that holds them).
+#: same stems, the C build far faster (new words are stemmed on every write that holds them).
 _STEMMER = snowballstemmer.stemmer("english")
 
 

@@ -2,8 +2,9 @@
 in-memory inverted index, with the visible set masked *before* anything is ranked.
 
 Why not FTS5: an FTS5 ``MATCH 'a OR b OR …' ORDER BY bm25() LIMIT k`` scores every row that holds
-any query term — there is no top-k pruning — so its cost grows with the corpus (measured on the
-benchmark corpus: 15.5 ms p50 per query at 100k memories, linear beyond). Here a query term costs
+any query term — there is no top-k pruning — so its cost grows linearly with the corpus (measured
+on the benchmark corpus at 100k memories and beyond: the FTS5 baseline of benchmarks/bench_scale.py,
+benchmarks/results/scale.json). Here a query term costs
 one array slice and a few vector operations over its postings, with the same BM25 formula.
 
 - Terms are the ``terms`` column (distinct stems of title, content and tags but stopwords, written

@@ -211,7 +211,7 @@ class Recaller:
         #: memory whose text it is sent; set by the engine
         self.reranker: Reranker | None = None
         self.rerank_cap: Confidentiality = Confidentiality.RESTRICTED
-        # Made once per config, not per recall: `replace` re-validates every field (~70 µs a recall).
+        # Made once per config, not per recall: `replace` re-validates every field (a cost on every recall).
         self._made_for: scoring.ScoringConfig | None = None
         self._weights: dict[str, float] = {}
         self._hop_configs: dict[int, scoring.ScoringConfig] = {}
@@ -385,7 +385,7 @@ class Recaller:
         # or being loaded by another thread (`TenantCaches.for_recall`): the same ranking.
         pair = self.caches.for_recall(vis.tenant)
         vchannel = pair.vectors
-        latest = store.changes.current(vis.tenant)  # once for both caches (~20 us a read inside a recall)
+        latest = store.changes.current(vis.tenant)  # once for both caches (a read inside a recall is not free)
         if vis.where is not None and vis.only is None and not isinstance(pair, ServerPair):
             # The caches' masks hold no metadata: the keys the filter admits, by a query of the
             # store under the same rule, restrict them before anything is ranked (the server's

@@ -184,8 +184,8 @@ class MemoryRetriever:
     def _keyword_rows(
         self, kws: list[str], need: int, sims: dict[int, float], content: str, recency: str, table: str
     ) -> list[RetrievedRow]:
-        # One bound term per keyword. SQLite's LIKE folds ASCII case without copying the text (2.4×
-        # faster than instr(lower(…)) measured at 10k rows); non-ASCII keywords also try upper and
+        # One bound term per keyword. SQLite's LIKE folds ASCII case without copying the text (faster
+        # than instr(lower(…)), measured at 10k rows); non-ASCII keywords also try upper and
         # title case, since SQLite folds ASCII letters only. Where LIKE keeps case (PostgreSQL),
         # the lowered text is matched against lowered patterns instead.
         folds = self._like_folds_case()

@@ -3,7 +3,7 @@
 Many Python builds (this project's CI among them) cannot load SQLite extensions such as
 sqlite-vec, so vectors are stored as BLOBs in the engine table ``engram_row_vectors`` (the truth,
 written in one transaction per sync) and searched exactly with numpy from an in-memory matrix
-(a rebuildable cache). Exact search costs ~0.2 ms per query at 10k rows and ~8 ms at 100k.
+(a rebuildable cache). Exact search scores every row, so its cost grows linearly with the rows.
 
 A sync embeds rows that are new or whose content changed (by digest) and drops vectors of deleted
 rows. It runs only when the store changed since the last sync as seen from this thread

@@ -3,8 +3,8 @@
 A process serving many tenants of a PostgreSQL store holds the caches of those it uses, within a
 byte budget (`engramdb.retrieval.tenant_caches`). Two cases are left where a recall must not wait
 for a cache: a tenant larger than the whole budget (holding it would push the process past the
-memory it was given), and a tenant whose cache another thread is loading right now (a 10,000-
-memory tenant takes about half a second to load). Then the recall is answered from the server,
+memory it was given), and a tenant whose cache another thread is loading right now (already for a
+10,000-memory tenant, a wait a recall should not share). Then the recall is answered from the server,
 **exactly**: `ServerLexical` and `ServerVectors` have the methods of `LexicalChannel` and
 `VectorChannel` that a recall calls, and answer each from one statement of
 `engramdb.storage.ports.ServerIndex` over the tenant's rows (its index, the visibility predicate

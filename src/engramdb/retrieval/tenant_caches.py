@@ -2,7 +2,7 @@
 use, the least recently used dropped once they hold more than a byte budget.
 
 A process serving a few tenants of a PostgreSQL store of a thousand used to load every tenant's
-memories into one pair of caches at its first recall (44 s and 1 GB at 1,000 × 200 memories).
+memories into one pair of caches at its first recall (slow, and 1 GB at 1,000 tenants of 200 memories).
 Here each tenant's lexical and vector caches (`LexicalChannel`, `VectorChannel` with a tenant)
 read only that tenant's rows, by its own change sequence, at slots of its own
 (`engramdb.retrieval.slots.TenantSlots`), so a first recall of a tenant costs what that tenant

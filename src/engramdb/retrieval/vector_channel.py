@@ -203,7 +203,7 @@ class VectorChannel:
         before it takes them as written, without reading them back (the write held the store's
         write lock, so nothing else changed in between); otherwise the next `refresh` reads them.
         A single `remember` with dedup refreshed this cache from the database first thing in the
-        next call: ~0.06 ms of a ~1 ms write at 1M memories. While another thread holds the cache
+        next call, a measurable share of a write at 1M memories. While another thread holds the cache
         (its first load, a refresh, a search), the rows are left to the next `refresh` too: a
         write of a tenant whose cache is loading does not wait out the load (its dedup lookup went
         to the server, `Runtime.dedup_vectors`)."""
@@ -233,7 +233,7 @@ class VectorChannel:
                 self.refresh(store)
             # A file a forget dropped is written again too (the forgotten vector is purged by the
             # refresh above): else every later process rebuilt the index from every stored vector
-            # (53 s at 1M memories) until a tenth of the rows had changed.
+            # (a long wait at 1M memories) until a tenth of the rows had changed.
             dropped = self.side_file is not None and self._seen >= 0 and not self.side_file.exists()
             if dropped or self._dirty > _CLOSE_SAVE_SHARE * len(self.index):
                 self._save(store)
@@ -278,7 +278,7 @@ class VectorChannel:
             len(rows), self.index.dim
         )
         # Most changed rows are changed by an access (ring, strength), not a new vector: re-adding an
-        # unchanged vector to the IVF cost ~14 ms per recall at 1M memories (the hits of the last one).
+        # unchanged vector to the IVF was a large part of each recall at 1M memories (the hits of the last one).
         fresh = ~_same_vectors(self.index, keys, vecs)
         if fresh.all():
             self.index.upsert(keys, vecs)
@@ -551,17 +551,15 @@ class VectorChannel:
         beyond them can reach it: no match. Only when all `NEAR_K` are near enough and none passes
         can the answer lie beyond them, and that row gets a filtered search (`search`, visibility
         inside it). So the filter never cuts a top-k short, and at 1M memories the batch costs one
-        IVF search instead of a visibility mask over every row and a filtered search per item
-        (~10 ms each).
+        IVF search instead of a visibility mask over every row and a filtered search per item.
 
         That filtered search is a timing signal: it runs only when 32 memories near the text
         fail the writer's filter, so a slower call tells the writer that many memories it cannot
         see (other agents', other tenants' in one file) are near-copies of its text — not what
         they say, whose they are, or how many beyond 32. Kept because the alternatives measured
-        at 1M memories cost 4-7 times the lookup (300 items of the benchmark's corpus: 42 ms with
-        the 32 nearest; 170-270 ms for every candidate above the threshold, ~1,100 per item, in
-        the same lists; ~315 ms scanning those lists exactly with the filter inside), and
-        dropping the follow-up search would let invisible memories cut the top-k short. Tenants
+        at 1M memories (300 items of the benchmark's corpus) cost far more than the lookup with
+        the 32 nearest: every candidate above the threshold (~1,100 per item) in the same lists,
+        or scanning those lists exactly with the filter inside; and dropping the follow-up search would let invisible memories cut the top-k short. Tenants
         that must not share even that keep separate files (`engramdb.TenantFiles`).
         """
         q = np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(filters), -1)

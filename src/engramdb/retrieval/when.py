@@ -98,7 +98,8 @@ _RELATIVE: tuple[tuple[str, re.Pattern[str]], ...] = (
 # Every form above names a window only with a digit, a capitalised month name (the month alone)
 # or one of the relative words in it (a match that names none takes no span from another form):
 # a text with none of them names no window, and most queries are read without the 13 patterns
-# (~20 µs a query). A new form needs its words here too; a property test holds the two equal.
+# (the costly part of the read). A new form needs its words here too; a property test holds the two
+# equal.
 _MAYBE = re.compile(r"\d|(?i:ago|last|past|this|today|yesterday)|" + "|".join(_CAPITALISED))
 
 

@@ -1023,7 +1023,7 @@ class Backend(Protocol):
         """Rewrite the store's files from their live rows (SQLite: VACUUM, then an empty log;
         PostgreSQL: VACUUM FULL of the engine's tables), so that nothing deleted survives in them,
         not even in the unused space of pages still in use. Outside any transaction; slow on a
-        large store (the whole file is rewritten: 26 s at 1M memories) and needs room for a second copy."""
+        large store (the whole file is rewritten) and needs room for a second copy."""
         ...
 
     def after_forget(self) -> None:

@@ -24,19 +24,22 @@ which kept recall@10 at 0.99 for 0.2%-3% of a million rows allowed). A filter th
 search over the allowed rows, and so is any query whose probed lists held fewer than ``k`` allowed
 vectors. A search therefore always returns ``min(k, #allowed)`` keys. The threshold is a row count,
 not a fraction: scoring a few thousand scattered rows of a large matrix exactly costs more than an
-IVF probe (at 1M rows, 1% allowed: ~14 ms exact vs ~2.5 ms IVF, measured).
+IVF probe (measured at 1M rows with 1% allowed: benchmarks/bench_vector_index.py,
+benchmarks/results/vector_index.json).
 
 Below ``train_at`` vectors (20,000 by default) there is no IVF at all and every search is exact:
-at that size a numpy scan (~0.2 ms at 10k) is as fast as any approximate index. The IVF is
-trained when the index first reaches ``train_at`` vectors and rebuilt (re-clustered over every
-vector) whenever it has grown ``rebuild_growth`` times (4x) since, so the build cost stays
-amortised; `rebuild` does it on demand. Replacing a key's vector updates its row and its IVF entry.
+at that size a numpy scan is as fast as any approximate index (the 10k rows of
+benchmarks/results/vector_index.json). The IVF is trained when the index first reaches ``train_at`` vectors and rebuilt
+(re-clustered over every vector) whenever it has grown ``rebuild_growth`` times (4x) since, so the
+build cost stays amortised; `rebuild` does it on demand. Replacing a key's vector updates its row
+and its IVF entry.
 
-Why IVF and not HNSW: measured on this project's embeddings (see docs/vector-index.md), faiss HNSW
-builds several times slower, cannot delete a vector, and loses recall badly under selective
-filters (its graph walk must pass through disallowed nodes), while an IVF scan gets cheaper as the
-filter narrows. A small HNSW graph does serve one purpose: over the IVF's centroids (never the
-vectors), it picks the lists for `nearest`'s calls of a few queries — dedup on a single write.
+Why IVF and not HNSW: measured on this project's embeddings (see docs/vector-index.md and
+benchmarks/results/vector_index.json), faiss HNSW builds slower, cannot delete a vector, and loses
+recall badly under selective filters (its graph walk must pass through disallowed nodes), while an
+IVF scan gets cheaper as the filter narrows. A small HNSW graph does serve one purpose: over the
+IVF's centroids (never the vectors), it picks the lists for `nearest`'s calls of a few queries —
+dedup on a single write.
 
 The index is a cache: `save` / `load` write and read one side file (numpy ``.npz`` holding the
 keys, the float32 matrix and the serialised faiss index) that can always be rebuilt from the
@@ -87,17 +90,17 @@ _FILTER_PROBE_EXPONENT = 0.25
 #: Lists an unfiltered `AnnIndex.nearest` probes: it looks for near-duplicates (cosine >= 0.92
 #: for dedup on write), which sit in the query's own list or the next few. Measured at 1M
 #: memories on 851 new items: the same dedup decision as the filtered per-item search for
-#: 850 at 4 lists (and at 8 and 16), at half the time of 16.
+#: 850 at 4 lists (and at 8 and 16), in less time than at 16.
 NEAREST_NPROBE = 4
 #: faiss calls on at most this many vectors run on the calling thread only: waking the OpenMP
-#: pool costs more than the work (adding one vector at 100k: ~1 ms with 2 threads on a busy
-#: 2-core machine, 0.1 ms with one).
+#: pool costs more than the work (adding one vector at 100k on a busy 2-core machine took far
+#: longer with 2 threads than with one).
 _SMALL_CALL = 64
 
 #: Vectors upserted into a trained index wait in a pending list, scored exactly by every search,
-#: until this many gather and go into the IVF in one call: adding one vector at a time cost
-#: 0.4-0.8 ms at 1M memories (the 6 MB of centroids are out of the CPU caches between two
-#: `remember` calls), about a third of a single `remember`.
+#: until this many gather and go into the IVF in one call: adding one vector at a time was a large
+#: share of a single `remember` at 1M memories (the 6 MB of centroids are out of the CPU caches
+#: between two `remember` calls).
 _PENDING_ROWS = 256
 #: vectors whose IVF list `nearest` found, kept for their add (see `AnnIndex._flush`): a batch
 #: of 1,000 and the pending rows; ~1.6 KB each (the vector's bytes are the key)
@@ -106,23 +109,23 @@ _LISTS_KEPT = 2048
 #: A `AnnIndex.nearest` call of at most this many queries finds the lists to probe through a small
 #: HNSW graph over the IVF's centroids instead of scoring every centroid: one query against 4,096
 #: centroids reads their 6 MB, which a `remember` call finds out of the CPU caches (the coarse
-#: search was ~0.3-0.5 ms of a ~1.6 ms `remember` at 1M memories). A batch scores them all at
-#: once through BLAS, which is cheaper per query (1,000 queries: 24 ms against the graph's 42).
+#: search was a large share of a `remember` at 1M memories). A batch scores them all at once
+#: through BLAS, which is cheaper per query than the graph (measured on 1,000 queries).
 _GRAPH_QUERIES = 16
 #: ... and only when the IVF has at least this many lists (about 250k memories and up): at 1,024
-#: lists (100k memories) the graph saved nothing measurable (0.10 against 0.11 ms a call).
+#: lists (100k memories) the graph saved nothing measurable in a call.
 _GRAPH_LISTS = 2048
 #: A flush finds the list of at most this many vectors `nearest` was not asked about through the
-#: graph (0.08 ms each) rather than the BLAS search (which wakes its thread pool, ~5-15 ms a call).
+#: graph (cheap per vector) rather than the BLAS search (which wakes its thread pool at every call).
 _GRAPH_ASSIGN = 64
 #: The graph: M links per centroid, efConstruction 40; each search explores at least
 #: `_GRAPH_EF` candidates. Measured on the 4,096 centroids of 1M memories (queries near stored
-#: vectors): 0.08 ms a query with one thread against 0.23 ms exact with warm caches, the exact
-#: nearest list first for 99.6% of queries and 99.7% of the exact 4 lists found. Exploring 32
+#: vectors): a query on one thread is faster than the exact search with warm caches, and finds the
+#: exact nearest list first for 99.6% of queries and 99.7% of the exact 4 lists. Exploring 32
 #: instead of 64 (600 new items of the benchmark corpus, each asked alone as a `remember` asks):
 #: the nearest list first for 99.67% against 99.83%, 99.75% of the 4 lists against 99.92%, the
 #: same dedup match as the exact filtered scan for 579 of 600 against 580 (the others a different
-#: memory above the threshold, none missed), and a lookup of 0.23 against 0.33 ms (p50).
+#: memory above the threshold, none missed), and a faster lookup (p50).
 _GRAPH_M = 32
 _GRAPH_EF = 32
 
@@ -174,8 +177,8 @@ def auto_nprobe(nlist: int) -> int:
 class _Pending:
     """The rows whose current vector is not in the IVF yet, with that vector, in one float32 block
     in the order they came: a single write's dedup lookup scores all of them against its query,
-    and gathering them from the matrix (dequantised once compact) at each call cost ~0.1 ms of a
-    ~1.4 ms `remember` at 1M memories."""
+    and gathering them from the matrix (dequantised once compact) at each call was a measurable
+    share of a `remember` at 1M memories."""
 
     __slots__ = ("_n", "_rows", "_slot", "_vecs")
 
@@ -304,7 +307,7 @@ class AnnIndex(ExactIndex):
         self._pending = _Pending(dim)
         # The IVF list of vectors `nearest` was asked about (by their bytes): dedup asks about
         # every new memory's vector just before it is stored, so its add needs no second coarse
-        # search (at 1M memories 1,000 vectors against 4,096 centroids cost 35-80 ms).
+        # search (at 1M memories that scores a batch's 1,000 vectors against all 4,096 centroids again).
         self._lists: dict[bytes, int] = {}
         # The HNSW graph over the IVF's centroids for `nearest`'s few-query calls (`_centroid_graph`),
         # made on first use after each build or load.
@@ -381,7 +384,7 @@ class AnnIndex(ExactIndex):
 
     def _flush(self) -> None:
         """Add the pending vectors to the IVF, in one call on one thread (as `nearest`: adding
-        1,000 vectors took 52 ms on one thread and 74-146 ms on two on a busy 2-core machine)."""
+        1,000 vectors was faster on one thread than on two on a busy 2-core machine)."""
         if not self._pending or self._ivf is None:
             self._pending.clear()
             return
@@ -394,7 +397,7 @@ class AnnIndex(ExactIndex):
             if len(missing):
                 # Written without a dedup lookup (todos, intents, dedup off): a few of them find their
                 # list through the centroid graph, as `nearest` does for a single write (a BLAS search
-                # of ~40 vectors woke its thread pool: 7-11 ms a flush of 256 single writes at 1M).
+                # of ~40 vectors woke its thread pool, a cost in every flush of 256 single writes at 1M).
                 few = len(missing) <= _GRAPH_ASSIGN and self._nlist >= _GRAPH_LISTS
                 _, found = (self._centroid_graph() if few else self._ivf.quantizer).search(vecs[missing], 1)
                 assign[missing] = found[:, 0]
@@ -458,8 +461,8 @@ class AnnIndex(ExactIndex):
             )
         # Each query's first list, for its add (`_flush`). The graph's is the nearest centroid's for
         # 99.6% of queries (measured at 4,096 lists) and a near one's otherwise, as an IVF with an
-        # HNSW coarse quantizer assigns; scoring every centroid again for the add instead cost
-        # ~50 ms a flush of 256 single writes at 1M, more than the graph saved them.
+        # HNSW coarse quantizer assigns; scoring every centroid again for the add instead cost a
+        # flush of 256 single writes at 1M more than the graph saved them.
         if len(self._lists) + len(q) > _LISTS_KEPT:
             self._lists.clear()
         self._lists.update(zip((v.tobytes() for v in q), coarse[:, 0].tolist(), strict=True))
@@ -494,7 +497,7 @@ class AnnIndex(ExactIndex):
 
     def _centroid_graph(self) -> Any:
         """The HNSW graph over the IVF's centroids (see `_GRAPH_QUERIES`), built on one thread, so
-        equal centroids give an equal graph (~0.2 s for 4,096 centroids)."""
+        equal centroids give an equal graph."""
         if self._graph is None:
             faiss = self._faiss
             centroids = np.ascontiguousarray(self._ivf.quantizer.reconstruct_n(0, self._nlist), dtype=np.float32)
@@ -509,8 +512,8 @@ class AnnIndex(ExactIndex):
     def _threads(self, work: int) -> Iterator[None]:
         """faiss on the calling thread only for a small call (see `_SMALL_CALL`); OpenMP's thread
         count is per calling thread, so other threads' calls keep theirs. (`nearest` asks for it
-        whatever the batch: its 1,000 queries against 4,096 centroids took 110-120 ms on one
-        thread and 220-350 ms on two on a busy 2-core machine.)"""
+        whatever the batch: its 1,000 queries against 4,096 centroids were faster on one thread
+        than on two on a busy 2-core machine.)"""
         if work > _SMALL_CALL:
             yield
             return
@@ -740,10 +743,11 @@ class AnnIndex(ExactIndex):
         self._nprobe_setting = value
 
     def rebuild(self) -> None:
-        """Re-cluster every vector and rebuild the IVF (a few minutes at a million vectors on 2 cores).
+        """Re-cluster every vector and rebuild the IVF (slow at a million vectors on 2 cores).
 
         Does nothing on an empty index. Called by `upsert` when the index reaches ``train_at``
-        vectors and when it has grown ``rebuild_growth`` times since the last build.
+        vectors and when it has grown ``rebuild_growth`` times since the last build. Its cost shows in
+        the ``build_s`` of benchmarks/results/vector_index.json (benchmarks/bench_vector_index.py).
         """
         n = self._n
         if n == 0:
@@ -810,8 +814,8 @@ class AnnIndex(ExactIndex):
         if self._ivf is not None and ivf:
             blob = np.asarray(self._faiss.serialize_index(self._ivf), dtype=np.uint8)
         # The centroid graph goes with it when the IVF is large enough to use one: made here if
-        # no `nearest` made it yet, so the process that adopts the file does not spend the ~0.2 s
-        # on its first write (at 1M memories that was 0.4 ms a write over a run of 500).
+        # no `nearest` made it yet, so the process that adopts the file does not build it on its
+        # first write (at 1M memories that showed in the mean write time over a run of 500).
         graph = np.zeros(0, dtype=np.uint8)
         if self._ivf is not None and self._nlist >= _GRAPH_LISTS:
             graph = np.asarray(self._faiss.serialize_index(self._centroid_graph()), dtype=np.uint8)
@@ -1029,7 +1033,7 @@ def _adopt_graph(faiss: ModuleType, arrays: Mapping[str, npt.NDArray[Any]], ivf:
     this very IVF's centroids (the same vectors, in list order), else None (made on first use):
     a file written before graphs were saved has none, and a damaged or mismatched one is ignored
     (only the graph: the rest of the file was checked, and reloading the whole index from the rows
-    would cost ~53 s at 1M memories where making the graph again costs ~0.2 s)."""
+    costs far more at 1M memories than making the graph again)."""
     blob = np.asarray(arrays["graph"], dtype=np.uint8) if "graph" in arrays else np.zeros(0, dtype=np.uint8)
     if not len(blob):
         return None
@@ -1053,10 +1057,10 @@ def read_ivf(path: str | os.PathLike[str]) -> Any:
 
 def _dot(matrix: npt.NDArray[np.float32], q: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """matrix @ q on the calling thread: faiss's inner-product kernel (``fvec_inner_products_ny``,
-    serial SIMD) — 0.34 ms against einsum's 0.64 ms at 10k x 384 here; BLAS (matmul) is faster
-    still on one thread but wakes its thread pool for each call, 14.6 ms against 0.63 ms at 10k
-    rows on a busy 2-core machine. Its sums run in another order than einsum's, so a cosine can
-    differ from einsum's in the last float32 bits (<= 1.1e-6 here)."""
+    serial SIMD), faster than einsum at 10k x 384 here; BLAS (matmul) is faster still on one
+    thread but wakes its thread pool for each call, which made it far slower at 10k rows on a busy
+    2-core machine. Its sums run in another order than einsum's, so a cosine can differ from
+    einsum's in the last float32 bits (<= 1.1e-6 here)."""
     m = np.ascontiguousarray(matrix, dtype=np.float32)
     out = np.empty(len(m), dtype=np.float32)
     if len(m) and m.shape[1]:

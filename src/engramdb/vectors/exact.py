@@ -1,7 +1,8 @@
 """Exact cosine search with numpy over a growable in-memory matrix.
 
-About 0.6 ms per query at 10k vectors and a few ms at 100k (384-d, 2 cores, single-threaded
-einsum); past ~100k an ANN index behind `VectorIndex` is the better trade.
+A query's cost grows with the rows (384-d, single-threaded einsum; measured at 10k, 100k and 1M by
+benchmarks/bench_vector_index.py, benchmarks/results/vector_index.json); past ~100k an ANN index
+behind `VectorIndex` is the better trade.
 
 Keys map to rows through `KeyRows`, an int32 array indexed by key (memory keys are small dense
 integers): 4 bytes per key instead of the ~100 bytes a Python dict entry with two int objects
@@ -198,7 +199,7 @@ class ExactIndex:
         # allowed rows first (a copy of the whole matrix), and the top-k is still taken only
         # among allowed rows.
         # einsum runs numpy's own single-threaded kernel. BLAS (matmul) wakes its thread pool for
-        # each call and, on a busy 2-core machine, took 14.6 ms at 10k vectors against 0.63 ms.
+        # each call and, on a busy 2-core machine, was far slower at 10k vectors.
         sims = np.einsum("ij,j->i", self._vecs[:n], query)
         if allowed is not None:
             allowed = allowed[:n]

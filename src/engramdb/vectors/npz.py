@@ -2,7 +2,7 @@
 
 `write_arrays` writes through a temporary file and one rename, so a reader never sees a torn file.
 `StoredArrays` reads such a file member by member straight into fresh writable arrays (one copy
-from the page cache, about four times faster than `numpy.load` for a 1.5 GB matrix) and checks
+from the page cache, faster than `numpy.load` for a 1.5 GB matrix) and checks
 each member's CRC-32, so a damaged file is refused rather than misread. Only stored (uncompressed),
 C-order, non-object arrays are read; anything else is a `ValueError`.
 """
@@ -77,8 +77,9 @@ def remove_stale_temporaries(target: Path, older_than: float = STALE_TMP_S) -> l
 class StoredArrays(Mapping[str, npt.NDArray[Any]]):
     """The arrays of an uncompressed ``.npz`` file open as `fh`, each read when first asked for.
 
-    With ``verify=False`` the CRC-32s are not checked (about 0.4 GB/s here): for callers that check
-    the arrays themselves (`engramdb.retrieval.side_files`); sizes and truncation still are.
+    With ``verify=False`` the CRC-32s are not checked (their cost grows with the bytes read): for
+    callers that check the arrays themselves (`engramdb.retrieval.side_files`); sizes and truncation
+    still are.
 
     Every access reads the member again into a new array (keep the result). The file must stay open
     while the mapping is used; reading from one handle also means one file, even if another process

@@ -66,8 +66,8 @@ class SqliteSettings:
     #: seconds a background thread lets commits gather before copying the write-ahead log into
     #: the database (a PASSIVE checkpoint, off the writers' path; 0 turns the thread off and
     #: leaves checkpoints to the committing writer at SQLite's default 1,000 pages). At 1M
-    #: memories, 1,000 single writes: p50 1.16 ms at 1 s, 1.52 ms at 0.25 s (the checkpoints
-    #: compete with the writer for the 2 cores), 1.16 ms but 0.96 s in 1% of calls at 0.
+    #: memories, 1,000 single writes: 0.25 s gave a higher p50 than 1 s (the checkpoints compete
+    #: with the writer for the 2 cores), and 0 the same p50 as 1 s but long stalls in 1% of calls.
     checkpoint_interval: float = 1.0
     #: log pages at which a committing writer checkpoints itself all the same (SQLite's
     #: ``wal_autocheckpoint``): the bound on the log when the background thread falls behind
@@ -259,7 +259,7 @@ class SqliteStore:
             raw.execute(f"PRAGMA synchronous={self.settings.synchronous.upper()}")
             if self.settings.checkpoint_interval > 0:
                 # A commit that passed SQLite's default 1,000 log pages copied them into the
-                # database itself (~100 ms every ~150 single writes at 1M memories): the
+                # database itself (a stalled write every ~150 single writes at 1M memories): the
                 # background `Checkpointer` does that now, the writer only past the bound.
                 bound = int(self.settings.checkpoint_bound_pages)
                 raw.execute(f"PRAGMA wal_autocheckpoint={bound}")
@@ -409,8 +409,8 @@ class SqliteStore:
         elif not nested and time.monotonic() >= self._owed_next_try:
             # Without the checkpointer thread, a commit looks for an owed checkpoint (this
             # process's, or one another process recorded in the file) and tries it, at most once
-            # a second and without waiting for the reader (waiting 0.1 s on every commit made
-            # 0.2 ms writes 100 ms ones for as long as the reader kept its snapshot).
+            # a second and without waiting for the reader (waiting on every commit made each write
+            # last the whole wait for as long as the reader kept its snapshot).
             self._owed_next_try = time.monotonic() + 1.0
             with conn.trusted() as raw, contextlib.suppress(sqlite3.Error):
                 if self.truncate_owed or self.owed_in_file(raw):
@@ -579,16 +579,16 @@ class Checkpointer:
                         raw = self._store._open()
                     if self._store.truncate_owed or self._store.owed_in_file(raw):
                         # Not waiting for the reader: a TRUNCATE holds the write lock while it
-                        # waits, and stalled other writers up to 80 ms once an interval.
+                        # waits, and stalled other writers once an interval.
                         self._store.truncate_log(raw, wait_ms=0)
                     else:
                         raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.runs += 1
                     # Writers keep appending while it copies, so the log seldom restarts from
                     # its start after it: the writer that passes the bound checkpoints what is
-                    # left (little, by then) and restarts it (measured at 1M memories: worst
-                    # single write 21-69 ms; a TRUNCATE here, which holds the write lock through
-                    # its sync, stalled a writer 0.73 s).
+                    # left (little, by then) and restarts it (measured at 1M memories: the worst
+                    # single write stayed short; a TRUNCATE here, which holds the write lock through
+                    # its sync, stalled a writer far longer).
                     self._size_then = os.stat(self._log).st_size
                 except (sqlite3.Error, EngramError, OSError):
                     # Busy (another process checkpoints), a full disk, a closed file: a later
@@ -610,7 +610,7 @@ def guard_printf(raw: sqlite3.Connection, policy: Policy, limit: int) -> None:
     """Replace printf() and format() on a scope connection with a bounded version.
 
     SQLite's printf runs a huge width or precision (``printf('%.*c', 2000000000, 'x')``) as one C
-    call that no progress handler can interrupt: it ran for 16 s here before returning NULL. The
+    call that no progress handler can interrupt: it ran for many seconds here before returning NULL. The
     replacement refuses any width or precision above the value-size limit, then hands the call to
     SQLite's own printf on a private in-memory connection, so results are identical.
     """

@@ -109,7 +109,7 @@ _DDL = [
     )""",
     "CREATE INDEX engram_memories_visible ON engram_memories (tenant, owner, archived)",
     # Narrow and covering: joins from FTS matches and edges check visibility without reading the
-    # wide row (measured: the join fell from ~3.4 ms to ~0.5 ms per recall at 10k memories).
+    # wide row (measured at 10k memories: most of the join's cost per recall went).
     """CREATE INDEX engram_memories_cover ON engram_memories (
         n, tenant, owner, archived, confidentiality, valid_from, valid_to, type)""",
     "CREATE INDEX engram_memories_changed ON engram_memories (changed)",
@@ -186,8 +186,9 @@ def _m0006_fts_per_tenant(db: sqlite3.Connection) -> None:
 
 def _m0007_drop_fts(db: sqlite3.Connection) -> None:
     # Lexical candidates come from an in-memory BM25 index over `terms` (retrieval/lexical_channel.py):
-    # FTS5's OR query scores every matching row (no top-k pruning; 15.5 ms p50 at 100k memories,
-    # linear beyond), and keeping it in step cost a third of each write and of the file.
+    # FTS5's OR query scores every matching row (no top-k pruning: its cost grows linearly with the
+    # store, see the FTS5 baseline of benchmarks/results/scale.json), and keeping it in step cost a
+    # large share of each write and a third of the file.
     for (tbl,) in db.execute("SELECT tbl FROM engram_fts_tenants ORDER BY code").fetchall():
         db.execute(f"DROP TABLE {tbl}")
     db.execute("DROP TABLE engram_fts_tenants")
@@ -217,7 +218,7 @@ def _m0009_snowball_terms(db: sqlite3.Connection) -> None:
 def _m0011_unused_access_indexes(db: sqlite3.Connection) -> None:
     # No query reads the access stream by recall id or by (tenant, channel) — by memory (n, ts)
     # only — yet every recall kept both up to date: 20 b-tree inserts and ~4 of its ~42 log
-    # pages (recall p50 at 10k memories 1.2% lower without them, in alternating runs).
+    # pages (recall p50 at 10k memories measurably lower without them, in alternating runs).
     db.execute("DROP INDEX IF EXISTS engram_access_recall")
     db.execute("DROP INDEX IF EXISTS engram_access_tenant")
 

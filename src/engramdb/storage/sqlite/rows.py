@@ -70,7 +70,7 @@ _INDEX_ROWS = (
 #: Only lookups by text read it (dedup and reflection without an embedder), so it is built the
 #: first time one runs (`SqliteMemoryRows._hash_index`) and not kept up to date for nothing: its
 #: keys are hashes, so each new memory lands on a random page of it (at 1M memories ~820 of the
-#: ~2,200 pages a batch of 1,000 wrote, and ~35 ms of the batch).
+#: ~2,200 pages a batch of 1,000 wrote).
 _HASH_INDEX = "CREATE INDEX IF NOT EXISTS engram_memories_hash ON engram_memories (tenant, content_hash)"
 
 
@@ -83,7 +83,7 @@ class SqliteMemoryRows:
 
     def _hash_index(self) -> None:
         """Build the ``(tenant, content_hash)`` index if the file has none yet (`_HASH_INDEX`):
-        the first lookup by text on a file pays for it once (a few seconds at 1M memories); from
+        the first lookup by text on a file pays for it once (a pass over every row); from
         then on every writer keeps it. Inside a caller's transaction it is built in that
         transaction, and looked for again next time (a rollback takes it away)."""
         if self._hashed:
@@ -310,7 +310,7 @@ class SqliteMemoryRows:
         for start in range(0, len(keys), _CHUNK):
             marks, named = _named("n", list(keys[start : start + _CHUNK]))
             # NOT INDEXED: each key by rowid, the predicate on the row read anyway; the planner took the
-            # covering index, two probes a key for the owner test's OR (65 -> 54 us for ten keys).
+            # covering index, two probes a key for the owner test's OR (slower, measured for ten keys).
             sql = f"SELECT {_M_COLUMNS} FROM engram_memories m NOT INDEXED WHERE m.n IN ({marks}) AND {pred}"  # noqa: S608
             for row in db.execute(sql, dict(params, **named)):
                 out[int(row[0])] = row_to_memory(row)
@@ -439,7 +439,7 @@ class SqliteMemoryRows:
             marks, named = _named("i", list(ids[start : start + _CHUNK]))
             # The ids first, by their unique index, then each row by key (CROSS JOIN keeps that
             # order): left to itself the planner scanned the (tenant, owner, archived) index
-            # instead — 5 ms at 10k memories, against 0.04 ms, for the ten ids of a conversation.
+            # instead — far slower at 10k memories, for the ten ids of a conversation.
             for mid, n in db.execute(
                 f"SELECT m.id, m.n FROM engram_memories c CROSS JOIN engram_memories m ON m.n = c.n "  # noqa: S608 - engine-built fragments, values bound
                 f"WHERE c.id IN ({marks}) AND {pred}",

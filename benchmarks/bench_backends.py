@@ -188,7 +188,7 @@ def run(backend: str, n: int, args: argparse.Namespace, tmp: Path) -> dict[str, 
                     lat.append(time.perf_counter() - t)
             row["recall"] = latency_stats(lat)
             log(f"{backend} {n}: recall p50 {row['recall']['p50_ms']} ms")
-            if backend.startswith("postgres") and eng.vectors is not None:
+            if backend.startswith("postgres") and eng._runtime.vectors is not None:
                 row["vector_candidates"] = knn_versus_in_process(eng, [q.text for q in qs], hnsw=args.hnsw)
                 log(f"{backend} {n}: vector candidates {row['vector_candidates']}")
         row["concurrent"] = concurrent_writes(location, args.embedder, args.clients, args.writes)
@@ -211,7 +211,7 @@ def knn_versus_in_process(eng: Any, texts: list[str], *, hnsw: bool) -> dict[str
     vis = Visibility(tenant="default", reader=AGENT)
     k = eng.scoring.candidates
     emb = eng.memory_embedder
-    backend = eng.backend
+    backend = eng._backend
     out: dict[str, Any] = {"k": k}
     hnsw_sql = None
     if hnsw:
@@ -235,7 +235,7 @@ def knn_versus_in_process(eng: Any, texts: list[str], *, hnsw: bool) -> dict[str
     for text in texts:
         q = emb.embed([text])[0]
         t = time.perf_counter()
-        mine = eng.vectors.search(q, k, vis)
+        mine = eng._runtime.vectors.search(q, k, vis)
         lat["in_process"].append(time.perf_counter() - t)
         top = set(sorted(mine, key=lambda key: -mine[key])[:10])
         t = time.perf_counter()

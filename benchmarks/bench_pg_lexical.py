@@ -9,7 +9,7 @@ reader's visibility (tenant, own-or-shared, cap, archived, validity at now) is n
 
 For the same queries and the same `Visibility`:
 
-- **in-process**: `engine.recaller.lexical.search(stems, k, vis)` after `refresh`, with the stems
+- **in-process**: `engine._runtime.recaller.lexical.search(stems, k, vis)` after `refresh`, with the stems
   made as `retrieval/recall.py` makes them (`keywords` then `stem`); the visible set is an array
   mask applied before ranking.
 - **PostgreSQL full text**, two layouts: a GIN expression index on
@@ -166,7 +166,7 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                     id_key[m.id] = s.key
         row["store_s"] = round(time.perf_counter() - t0, 1)
         log(f"{n}: stored in {row['store_s']} s")
-        with psycopg.connect(eng.backend.url, autocommit=True) as admin:
+        with psycopg.connect(eng._backend.url, autocommit=True) as admin:
             key_of = {
                 int(r[0]): id_key[r[1]]
                 for r in admin.execute("SELECT n, id FROM engram.engram_memories")
@@ -217,7 +217,7 @@ def run_locomo(args: argparse.Namespace) -> dict[str, Any]:
                 gold = tuple(f"{conv.sample_id}:{p}" for p in sorted(q.gold))
                 asked.append((corpus.QuerySpec(q.question, conv.sample_id, "bench", gold), vis))
         row["store_s"] = round(time.perf_counter() - t0, 1)
-        with psycopg.connect(eng.backend.url, autocommit=True) as admin:
+        with psycopg.connect(eng._backend.url, autocommit=True) as admin:
             key_of = {
                 int(r[0]): id_key[r[1]]
                 for r in admin.execute("SELECT n, id FROM engram.engram_memories")
@@ -240,7 +240,7 @@ def compare(
     from engramdb.retrieval.keywords import keywords, stem
     from engramdb.storage.postgres.visibility import predicate
 
-    backend = eng.backend
+    backend = eng._backend
     pool = eng.scoring.candidates
     with psycopg.connect(backend.url, autocommit=True) as admin:
         admin.execute("ANALYZE engram.engram_memories")
@@ -250,7 +250,7 @@ def compare(
         prepared.append((q, (vis, list(dict.fromkeys(stem(w) for w in kws)), kws)))
 
     # -- in-process BM25 ----------------------------------------------------------------------
-    lex = eng.recaller.lexical
+    lex = eng._runtime.recaller.lexical
     t = time.perf_counter()
     lex.refresh(backend)
     build = time.perf_counter() - t

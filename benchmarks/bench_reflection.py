@@ -122,8 +122,8 @@ def load_engramdb(
     load_s = time.perf_counter() - t
     # Not public API: make each memory's first (creation) access its own timestamp, as nooa's runner
     # does for nooa, so recency, rescoring and forgetting see the corpus's real ages.
-    conn = engine.store.connection("engine")
-    with engine.store.atomic(conn):
+    conn = engine._backend.connection("engine")
+    with engine._backend.atomic(conn):
         conn.raw.executemany(
             "UPDATE engram_memories SET recorded_at = ?, last_access = ?, ring = ? WHERE id = ?",
             [
@@ -162,7 +162,7 @@ def run_engramdb(items: list[corpus.MemorySpec], workdir: Path, kind: str, n_que
     # Vectors for nooa, in corpus order (the engine's own, so both sides compare the same cosines).
     vec_path = workdir / "vectors.npy"
     rows = dict(
-        engine.store.connection("engine")
+        engine._backend.connection("engine")
         .raw.execute(
             "SELECT m.id, v.vec FROM engram_memories m JOIN engram_vectors v ON v.n = m.n WHERE v.model = ?",
             (engine.memory_embedder.name if engine.memory_embedder else "",),

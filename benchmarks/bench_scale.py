@@ -412,7 +412,7 @@ def reopen(path: Path) -> dict[str, Any]:
     t = time.perf_counter()
     me.recall("warm up the vector cache", k=K, hops=HOPS)
     first = time.perf_counter() - t
-    channel = engine.vectors
+    channel = engine._runtime.vectors
     out = {
         "open_s": round(open_s, 3),
         "first_recall_s": round(first, 3),
@@ -426,7 +426,7 @@ def reopen(path: Path) -> dict[str, Any]:
 
 
 def describe_index(engine: Any) -> str:
-    channel = engine.vectors
+    channel = engine._runtime.vectors
     if channel is None:
         return "none (lexical only)"
     index = channel.index

@@ -75,7 +75,7 @@ def use(url: str, agents: int, offset: int, cap: int) -> dict[str, Any]:
     took = time.perf_counter() - t0
     out = {"statements_per_s": round(2 * agents / took, 1), "seconds": round(took, 1),
            "scope_handles_per_s": round(agents / opened, 1),
-           "threads": threading.active_count(), "stats": eng.backend._scope_conns.stats().__repr__()}  # type: ignore[attr-defined]  # fmt: skip
+           "threads": threading.active_count(), "stats": eng._backend._scope_conns.stats().__repr__()}  # type: ignore[attr-defined]  # fmt: skip
     eng.close()
     return out
 

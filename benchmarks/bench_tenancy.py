@@ -110,10 +110,10 @@ def load(engine: DynamicMemoryEngine, items: list[corpus.MemorySpec]) -> dict[st
             ]  # fmt: skip
             for it, m in zip(chunk, me.remember_many(fields, **_NO_DEDUP), strict=True):
                 id_of[it.key] = m.id
-    conn = engine.store.connection("engine")
+    conn = engine._backend.connection("engine")
     linked = [it for it in items if it.links]
     for i in range(0, len(linked), BATCH):
-        with engine.store.atomic(conn):  # one transaction per batch; each link is a savepoint in it
+        with engine._backend.atomic(conn):  # one transaction per batch; each link is a savepoint in it
             for it in linked[i : i + BATCH]:
                 me = engine.agent(it.agent, tenant=it.tenant)
                 for target, etype in it.links:
@@ -127,7 +127,7 @@ Run = Callable[[corpus.QuerySpec], list[str]]
 
 def recaller_run(engine: DynamicMemoryEngine, vis_for: Callable[[corpus.QuerySpec], Visibility]) -> Run:
     def run(q: corpus.QuerySpec) -> list[str]:
-        recall, _ = engine.recaller.run(
+        recall, _ = engine._runtime.recaller.run(
             q.text, vis=vis_for(q), k=K, hops=HOPS, types=None, channel=Channel.INJECTED, trace_ref=None, dry_run=False
         )
         return [h.memory.id for h in recall]

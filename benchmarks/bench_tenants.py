@@ -161,7 +161,7 @@ def serve(args: argparse.Namespace) -> dict[str, Any]:
         for i in serve_tenants:
             eng.agent("reader", tenant=tenant_name(i)).recall("status update", k=10)
     out["rss_served_mb"] = round(rss_mb(), 1)
-    caches = eng.runtime.tenant_caches
+    caches = eng._runtime.tenant_caches
     if caches is not None:
         st = caches.stats()
         out["caches"] = {
@@ -200,7 +200,7 @@ def served_recall(args: argparse.Namespace, qs: list[str]) -> dict[str, Any]:
             t0 = time.perf_counter()
             agent.recall(q, k=10)
             times.append(time.perf_counter() - t0)
-        st = eng.runtime.tenant_caches.stats()
+        st = eng._runtime.tenant_caches.stats()
         return {**stats_ms(times), "served_too_large": st.served_too_large, "tenants_held": st.tenants}
 
 
@@ -217,7 +217,7 @@ def recall_during_load(args: argparse.Namespace, tenants: list[int]) -> dict[str
     loads, during = [], []
     with DynamicMemoryEngine(args.url, cache_budget=None) as eng:
         eng.agent("reader", tenant=tenant_name(picked[0]))
-        caches = eng.runtime.tenant_caches
+        caches = eng._runtime.tenant_caches
         for i in picked:
             q = queries(i, args.per_tenant, 1)[0]
             agent = eng.agent("reader", tenant=tenant_name(i))

@@ -14,7 +14,7 @@ from engramdb.memories.model import Confidentiality
 from engramdb.testing import FixedClock, fake_embedder
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2 as httpx  # what starlette's TestClient answers with (it falls back to httpx at run time)
     from starlette.testclient import TestClient
 
 #: one marker per thing alice must never see

@@ -14,7 +14,7 @@ from engramdb import DynamicMemoryEngine
 
 def raw_query(engine: DynamicMemoryEngine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """The rows of one read against `engine`'s store, over a connection of its own."""
-    location = engine.backend.location
+    location = engine._backend.location
     if location.startswith(("postgresql://", "postgres://")):
         return _postgres(engine, sql, params)
     db = sqlite3.connect(engine.path)
@@ -27,7 +27,7 @@ def raw_query(engine: DynamicMemoryEngine, sql: str, params: tuple[Any, ...] = (
 def raw_execute(engine: DynamicMemoryEngine, sql: str, params: tuple[Any, ...] = ()) -> None:
     """Run one write against `engine`'s store past the engine, committed (to set up a state the
     public API cannot make, e.g. what an older release or an earlier run left)."""
-    location = engine.backend.location
+    location = engine._backend.location
     if location.startswith(("postgresql://", "postgres://")):
         _postgres(engine, sql + " RETURNING 1", params)
         return
@@ -47,7 +47,7 @@ def raw_count(engine: DynamicMemoryEngine, sql: str, params: tuple[Any, ...] = (
 def _postgres(engine: DynamicMemoryEngine, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     import psycopg
 
-    url = getattr(engine.backend, "url", None) or engine.backend.location
+    url = getattr(engine._backend, "url", None) or engine._backend.location
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET search_path TO engram, public")
-        return list(conn.execute(sql.replace("%", "%%").replace("?", "%s"), params).fetchall())  # type: ignore[arg-type]
+        return list(conn.execute(sql.replace("%", "%%").replace("?", "%s"), params).fetchall())

@@ -3,7 +3,7 @@
 The public API is exactly what ``__all__`` lists; every other module is an implementation detail.
 """
 
-from engramdb.agent import Agent, MemoryVersion
+from engramdb.agent import Agent, AsyncAgent, MemoryVersion
 from engramdb.config import TeamMemoryConfig, load_config
 from engramdb.embeddings.base import Embedder, Reranker
 from engramdb.engine import DynamicMemoryEngine, open_team_memory_engine
@@ -89,6 +89,7 @@ __all__ = [
     "REMEMBER_TOOL",
     "AccessRecord",
     "Agent",
+    "AsyncAgent",
     "AsyncMemoryStore",
     "BackendError",
     "CallerError",

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, overload
 
-from engramdb.aio import in_thread
+from engramdb.aio import forwarded
 from engramdb.errors import NotFound, ValidationError
 from engramdb.memories import prospective, reading, transfer, writing
 from engramdb.memories.conversation import remember_messages
@@ -55,7 +55,7 @@ from engramdb.tenancy.ids import check_agent_id, check_tenant
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Agent", "MemoryFields", "MemoryRecord", "MemoryVersion"]
+__all__ = ["Agent", "AsyncAgent", "MemoryFields", "MemoryRecord", "MemoryVersion"]
 
 
 class Agent:
@@ -136,14 +136,9 @@ class Agent:
         return self._principal.floor
 
     @property
-    def principal(self) -> Principal:
-        """Tenant, agent, cap and floor as one value (what the services act as)."""
-        return self._principal
-
-    @property
-    def runtime(self) -> Runtime:
-        """The engine's services and ports (engine-internal)."""
-        return self._runtime
+    def aio(self) -> AsyncAgent:
+        """This handle for async code: the same methods, awaitable (`AsyncAgent`)."""
+        return AsyncAgent(self)
 
     @property
     def shared(self) -> MemoryScope:
@@ -779,40 +774,79 @@ class Agent:
         preview, marked stale, when a resolver is missing or fails), as notes on the hits."""
         return resolve_refs(self, recall, self._runtime.resolvers, max_chars=max_chars)
 
-    # -- async mirrors (`engramdb.aio.in_thread`: each runs its sync twin in a worker thread) ----
 
-    aremember = in_thread(remember)
-    aremember_many = in_thread(remember_many)
-    aget = in_thread(get)
-    aupdate = in_thread(update)
-    ahistory = in_thread(history)
-    alink = in_thread(link)
-    aedges = in_thread(edges)
-    aforget = in_thread(forget)
-    aforget_where = in_thread(forget_where)
-    aprune = in_thread(prune)
-    arestore = in_thread(restore)
-    asupersede = in_thread(supersede)
-    arecall = in_thread(recall)
-    asearch = in_thread(search)
-    aexplain = in_thread(explain)
-    aaccesses = in_thread(accesses)
-    astats = in_thread(stats)
-    aexport = in_thread(export)
-    aexport_jsonl = in_thread(export_jsonl)
-    aimport_jsonl = in_thread(import_jsonl)
-    aimport_records = in_thread(import_records)
-    amemories = in_thread(memories)
-    abrowse = in_thread(browse)
-    atags = in_thread(tags)
-    atombstones = in_thread(tombstones)
-    areembed = in_thread(reembed)
-    areflect = in_thread(reflect)
-    aintend = in_thread(intend)
-    adue = in_thread(due)
-    atodos = in_thread(todos)
-    acomplete = in_thread(complete)
-    adrop = in_thread(drop)
-    areopen = in_thread(reopen)
-    aride_along = in_thread(ride_along)
-    aresolve_refs = in_thread(resolve_refs)
+class AsyncAgent:
+    """An `Agent` for async code: every method of the handle, awaitable, run in a worker thread
+    (the engine is synchronous and keeps a connection per thread, so the event loop never blocks).
+
+    Example::
+
+        me = engine.agent("researcher").aio          # or AsyncAgent(engine.agent("researcher"))
+        await me.remember("The deploy key rotates every Monday")
+        hits = await me.recall("when does the key rotate?", k=5)
+    """
+
+    __slots__ = ("_sync",)
+    _sync: Agent
+
+    def __init__(self, agent: Agent) -> None:
+        if not isinstance(agent, Agent):
+            raise ValidationError(f"AsyncAgent wraps an Agent (engine.agent(...)), got {type(agent).__name__}")
+        object.__setattr__(self, "_sync", agent)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"an agent handle is fixed at construction; cannot set {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Async{self._sync!r}"
+
+    @property
+    def sync(self) -> Agent:
+        """The synchronous handle this wraps."""
+        return self._sync
+
+    @property
+    def agent_id(self) -> str:
+        """The agent this handle acts as."""
+        return self._sync.agent_id
+
+    @property
+    def tenant(self) -> str:
+        """The tenant this handle acts in."""
+        return self._sync.tenant
+
+    remember = forwarded(Agent.remember)
+    remember_many = forwarded(Agent.remember_many)
+    get = forwarded(Agent.get)
+    update = forwarded(Agent.update)
+    history = forwarded(Agent.history)
+    link = forwarded(Agent.link)
+    edges = forwarded(Agent.edges)
+    forget = forwarded(Agent.forget)
+    forget_where = forwarded(Agent.forget_where)
+    prune = forwarded(Agent.prune)
+    restore = forwarded(Agent.restore)
+    supersede = forwarded(Agent.supersede)
+    recall = forwarded(Agent.recall)
+    search = forwarded(Agent.search)
+    explain = forwarded(Agent.explain)
+    accesses = forwarded(Agent.accesses)
+    stats = forwarded(Agent.stats)
+    export = forwarded(Agent.export)
+    export_jsonl = forwarded(Agent.export_jsonl)
+    import_jsonl = forwarded(Agent.import_jsonl)
+    import_records = forwarded(Agent.import_records)
+    memories = forwarded(Agent.memories)
+    browse = forwarded(Agent.browse)
+    tags = forwarded(Agent.tags)
+    tombstones = forwarded(Agent.tombstones)
+    reembed = forwarded(Agent.reembed)
+    reflect = forwarded(Agent.reflect)
+    intend = forwarded(Agent.intend)
+    due = forwarded(Agent.due)
+    todos = forwarded(Agent.todos)
+    complete = forwarded(Agent.complete)
+    drop = forwarded(Agent.drop)
+    reopen = forwarded(Agent.reopen)
+    ride_along = forwarded(Agent.ride_along)
+    resolve_refs = forwarded(Agent.resolve_refs)

@@ -28,7 +28,6 @@ from engramdb.memories.runtime import Runtime, default_embedder
 from engramdb.memories.scoring import ScoringConfig
 from engramdb.memories.writing import ForgetReport, forget_where
 from engramdb.observability import otel
-from engramdb.retrieval.recall import Recaller
 from engramdb.retrieval.tenant_caches import DEFAULT_BUDGET, CacheStats
 from engramdb.scopes.namespace import ENGINE_PREFIX, Namespace, ascii_lower
 from engramdb.storage.ports import Backend, Job, MemoryScope
@@ -40,7 +39,6 @@ _SHARED_ERASER = "engramdb-admin"
 
 if TYPE_CHECKING:
     from engramdb.embeddings.base import Embedder, Reranker
-    from engramdb.retrieval.vector_channel import VectorChannel
     from engramdb.vectors.base import VectorIndex
 
 Clock = Callable[[], float]
@@ -214,16 +212,6 @@ class DynamicMemoryEngine:
     # -- what the engine is made of ------------------------------------------------------------
 
     @property
-    def backend(self) -> Backend:
-        """The storage backend (its ports are engine-internal)."""
-        return self._backend
-
-    @property
-    def runtime(self) -> Runtime:
-        """What the services of this engine share (engine-internal)."""
-        return self._runtime
-
-    @property
     def scoring(self) -> ScoringConfig:
         """The recall constants."""
         return self._runtime.scoring
@@ -248,16 +236,6 @@ class DynamicMemoryEngine:
         """The embedder of typed memories, or None for lexical-only recall."""
         return self._runtime.embedder
 
-    @property
-    def recaller(self) -> Recaller:
-        """The recall pipeline (engine-internal)."""
-        return self._runtime.recaller
-
-    @property
-    def vectors(self) -> VectorChannel | None:
-        """The in-memory vector cache of memories (engine-internal)."""
-        return self._runtime.vectors
-
     def cache_stats(self) -> CacheStats | None:
         """What this process's per-tenant recall caches hold (PostgreSQL): tenants held, their
         bytes against `cache_budget`, loads and evictions so far. None when the store keeps one
@@ -280,11 +258,6 @@ class DynamicMemoryEngine:
     def location(self) -> str:
         """Where the store is, to show: the SQLite file's path, or the PostgreSQL URL without its password."""
         return str(self._backend.location)
-
-    @property
-    def store(self) -> Backend:
-        """The storage backend (engine-internal; not a public API). Same as `backend`."""
-        return self._backend
 
     @property
     def embedder(self) -> Embedder | None:
@@ -385,8 +358,9 @@ class DynamicMemoryEngine:
         return revert(self._runtime, check_tenant(tenant), job_id)
 
     def get_shared_scope(self, tenant: str = "default") -> MemoryScope:
-        """The scope of the team-wide ``shared_*`` tables (of `tenant`, where the backend keeps
-        tenants' tables apart; a SQLite file holds one set for all its tenants)."""
+        """The scope of the team-wide ``shared_*`` tables of `tenant` (each tenant's tables are
+        apart: a schema of its own on PostgreSQL; on SQLite the home tenant's in the store's file,
+        each other tenant's in a file beside it)."""
         return self._scope(SHARED, tenant)
 
     def get_private_scope(self, agent_id: str, *, tenant: str = "default") -> MemoryScope:
@@ -446,7 +420,7 @@ class DynamicMemoryEngine:
         them. `Agent.forget` already zeroes the text's cells and every free page (SQLite) and
         empties the log; a b-tree rebalance can still leave old bytes of a row in the unused
         space of a page in use, which only a rewrite reaches. SQLite: VACUUM (the whole file;
-        26 s for the 2.8 GB file of a million memories, and room for a second copy); PostgreSQL: VACUUM FULL of
+        slow for the 2.8 GB file of a million memories, and room for a second copy); PostgreSQL: VACUUM FULL of
         the engine's tables (each locked while it is rewritten; run it with the URL of the
         tables' owner). Not inside a transaction. SQLite's VACUUM keeps every engine key but may
         renumber the rowids of a raw-SQL table without an INTEGER PRIMARY KEY: give such a table

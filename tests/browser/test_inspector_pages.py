@@ -26,6 +26,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 def server(store: Store) -> Iterator[Any]:
     from engramdb.inspector import InspectorServer
 
+    assert store.path is not None
     with open_engine(store.path, FixedClock(1_770_000_000.0)) as engine:
         srv = InspectorServer(viewer(engine))
         srv.start()

@@ -23,7 +23,7 @@ _ids = itertools.count(1)
 
 @pytest.fixture
 def backend(engine: DynamicMemoryEngine) -> Backend:
-    return engine.backend
+    return engine._backend
 
 
 def memory(**fields: Any) -> Memory:

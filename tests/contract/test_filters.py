@@ -181,6 +181,7 @@ def test_metadata_and_session_come_back_on_every_read_path(
     assert (hit.session, hit.metadata) == ("chat-1", meta)
     assert a.browse().memories[0].metadata == meta
     exported = a.export()[0]
+    # export gives them, but MemoryRecord (engramdb.memories.reading) does not declare them yet
     assert exported["session"] == "chat-1" and exported["metadata"] == meta
     meta["user_id"] = "changed"  # the caller's dict is copied, not kept
     assert a.get(m.id, touch=False).metadata["user_id"] == "u-7"

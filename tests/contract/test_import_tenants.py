@@ -47,7 +47,7 @@ def _fill(me: Agent, clock: FixedClock) -> dict[str, str]:
     me.forget(gone.id, reason="user asked")
     ids["gone"] = gone.id
     scratch = me.remember("scratch note to archive", type="scratch")
-    me.runtime.store.memories.archive(me.tenant, [scratch.id], me.runtime.store.changes.next(me.tenant))
+    me._runtime.store.memories.archive(me.tenant, [scratch.id], me._runtime.store.changes.next(me.tenant))
     ids["archived"] = scratch.id
     return ids
 

@@ -99,7 +99,7 @@ def test_entry_and_query_validate_early() -> None:
         {"types": ("fact",)},
     ):
         with pytest.raises(CallerError):
-            MemoryQuery("q", **kwargs)  # type: ignore[arg-type]
+            MemoryQuery("q", **kwargs)
 
 
 def test_namespaced_memory_meets_both_protocols(alice: NamespacedMemory) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from engramdb.memories.model import Confidentiality, Visibility
 from engramdb.retrieval.vector_channel import VectorChannel
+from engramdb.storage.ports import VectorRow
 from engramdb.testing import fake_embedder
 
 faiss = pytest.importorskip("faiss")
@@ -26,10 +27,11 @@ OWNERS = ("", "alice", "bob")
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+    out: np.ndarray = (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+    return out
 
 
-def _rows(keys: range, vecs: np.ndarray, rng: np.random.Generator) -> list[tuple]:
+def _rows(keys: range, vecs: np.ndarray, rng: np.random.Generator) -> list[VectorRow]:
     return [
         (int(n), int(n), "t", str(rng.choice(OWNERS)), int(rng.integers(0, 4)), 0, None, None, str(rng.choice(TYPES)),
          vecs[i].astype(np.float32).tobytes())
@@ -99,7 +101,8 @@ def test_near_copies_the_writer_cannot_see_do_not_hide_its_own() -> None:
     got = channel.near_duplicates(text[None, :], vis, [("info", "alice", 0)], THRESHOLD)
     cos = float(mine @ text)
     assert cos >= THRESHOLD and all(float(h @ text) > cos for h in hidden)
-    assert got == [(5000, pytest.approx(cos, abs=2e-3))]
+    want: list[object] = [(5000, pytest.approx(cos, abs=2e-3))]
+    assert got == want
 
 
 @pytest.mark.parametrize("train_at", [3000, 100_000])  # with an IVF (int8 rows), and the exact scan

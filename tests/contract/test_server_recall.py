@@ -43,7 +43,7 @@ QUERIES = [
 
 
 def _per_tenant(engine: DynamicMemoryEngine) -> bool:
-    return engine.backend.caches_by_tenant
+    return engine._backend.caches_by_tenant
 
 
 def _fill(engine: DynamicMemoryEngine, clock: FixedClock, tenant: str, seed: int) -> None:
@@ -169,7 +169,7 @@ def test_a_tenant_being_loaded_by_another_thread_is_answered_by_the_server(
     _fill(other, clock, "acme", seed=3)
     want = {q: _answer(other, "acme", "alice", q) for q in QUERIES}
     engine = make_engine("one", memory_embedder=fake_embedder(), vector_index="exact")  # a new process
-    caches = engine.runtime.tenant_caches
+    caches = engine._runtime.tenant_caches
     assert caches is not None
     pair = caches.of("acme")  # made, not loaded: a first load would hold its locks the whole time
     assert isinstance(pair, CachePair) and not pair.ready()
@@ -246,7 +246,7 @@ def _dedup_story(engine: DynamicMemoryEngine, tenant: str, seed: int) -> list[tu
     out: list[tuple[bool, str, int]] = []
     for step in range(40):
         who = engine.agent(rng.choice(["alice", "bob"]), tenant=tenant)
-        items = []
+        items: list[dict[str, Any]] = []
         for _ in range(1 if step % 3 else rng.randint(2, 4)):
             text = rng.choice(STATEMENTS)
             items.append(
@@ -295,7 +295,7 @@ def test_a_write_during_another_threads_load_does_not_wait_for_it(
     _fill(other, clock, "acme", seed=3)
     first = other.agent("alice", tenant="acme").remember("the offsite budget is in Lisbon")
     engine = make_engine("load", memory_embedder=fake_embedder(), vector_index="exact")
-    caches = engine.runtime.tenant_caches
+    caches = engine._runtime.tenant_caches
     assert caches is not None
     pair = caches.of("acme")
     assert isinstance(pair, CachePair) and pair.vectors is not None and not pair.ready()

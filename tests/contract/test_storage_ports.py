@@ -504,7 +504,7 @@ def test_migrate_is_idempotent_and_identity_stable(backend: Backend) -> None:
 
 def test_closed_backend_raises_an_engine_error(make_engine: Callable[..., object]) -> None:
     engine = make_engine("closing")
-    b: Backend = engine.backend  # type: ignore[attr-defined]
+    b: Backend = engine._backend  # type: ignore[attr-defined]
     b.close()
     with pytest.raises(EngramError) as err:
         b.memories.get(ALICE, "x")

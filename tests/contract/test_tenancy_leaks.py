@@ -305,8 +305,12 @@ def test_other_scopes_see_nothing_of_a_tenant(world: World) -> None:
         assert ns.explain(scope, everything).hits == ()
         assert ns.stats(scope).memories == 0
         assert ns.prune(scope, min_strength=1e9, min_age=0) == 0
+
+        def get(i: str, sc: TenantScope = scope) -> object:
+            return ns.get(sc, i)
+
         for s in world.seeds:
-            assert_like_missing(lambda i, sc=scope: ns.get(sc, i), s.id, f"get from {scope}")
+            assert_like_missing(get, s.id, f"get from {scope}")
 
 
 def test_prune_counts_only_what_the_namespace_sees(world: World, clock: FixedClock) -> None:
@@ -325,9 +329,9 @@ def test_prune_counts_only_what_the_namespace_sees(world: World, clock: FixedClo
 
 def _raw_edge(eng: DynamicMemoryEngine, src: Memory, dst: Memory, tenant: str, etype: str = "related") -> None:
     """An edge written through the storage port itself, past every check of the API."""
-    keys = [eng.backend.memories.key_of(m.tenant, m.id) for m in (src, dst)]
+    keys = [eng._backend.memories.key_of(m.tenant, m.id) for m in (src, dst)]
     assert None not in keys
-    eng.backend.edges.put(tenant, [(keys[0], keys[1], etype, 1.0)], now=0.0, by="raw", replace=False)  # type: ignore[list-item]
+    eng._backend.edges.put(tenant, [(keys[0], keys[1], etype, 1.0)], now=0.0, by="raw", replace=False)  # type: ignore[list-item]
 
 
 def test_spreading_and_notes_neither_leak_nor_relay_over_edges_the_api_refuses(make_source: Callable[..., Any]) -> None:

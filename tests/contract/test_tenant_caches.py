@@ -16,6 +16,7 @@ import pytest
 from engramdb import DynamicMemoryEngine
 from engramdb.errors import ConfigError
 from engramdb.memories.model import Visibility
+from engramdb.storage.ports import IndexRow
 from engramdb.testing import FixedClock, fake_embedder
 
 TEXTS = [
@@ -37,7 +38,7 @@ def _ranked(engine: DynamicMemoryEngine, tenant: str, query: str) -> list[tuple[
     vis = Visibility(tenant, "alice")
 
     def text(memory_id: str) -> str:  # read through the port: `Agent.get` would count as an access
-        found = engine.backend.memories.get(vis, memory_id)
+        found = engine._backend.memories.get(vis, memory_id)
         assert found is not None
         return found.memory.content
 
@@ -56,7 +57,7 @@ def _fill(engine: DynamicMemoryEngine, clock: FixedClock, tenants: list[str]) ->
 
 
 def _per_tenant(engine: DynamicMemoryEngine) -> bool:
-    return engine.backend.caches_by_tenant
+    return engine._backend.caches_by_tenant
 
 
 def test_a_tenant_ranks_as_it_would_alone_in_its_own_store(
@@ -86,12 +87,12 @@ def test_only_the_tenants_served_are_loaded_and_the_budget_drops_the_least_recen
     writer = make_engine(memory_embedder=fake_embedder())  # another process wrote the store
     _fill(writer, clock, ["acme", "globex", "initech"])
     before = {q: _ranked(engine, "acme", q) for q in QUERIES}
-    caches = engine.runtime.tenant_caches
+    caches = engine._runtime.tenant_caches
     if caches is None:
         assert not _per_tenant(engine)  # one cache of the whole file
         return
     assert caches.stats().held == ("acme",)
-    pair = engine.runtime.caches("acme")
+    pair = engine._runtime.caches("acme")
     assert len(pair.slots) == len(TEXTS)  # acme's rows alone, not the store's
     _ranked(engine, "globex", "payments")
     stats = caches.stats()
@@ -112,16 +113,21 @@ def test_a_write_to_one_tenant_is_not_read_by_another_tenants_cache(
     engine = make_engine(memory_embedder=fake_embedder())
     _fill(engine, clock, ["acme", "globex"])
     engine.agent("alice", tenant="acme").recall("payments")
-    before = engine.backend.changes.current("acme")
+    before = engine._backend.changes.current("acme")
     engine.agent("bob", tenant="globex").remember("globex moved its offsite to Porto")
     if not _per_tenant(engine):
-        assert engine.backend.changes.current("acme") > before  # one sequence per file
+        assert engine._backend.changes.current("acme") > before  # one sequence per file
         return
-    assert engine.backend.changes.current("acme") == before
+    assert engine._backend.changes.current("acme") == before
     reads: list[Any] = []
-    memories = engine.backend.memories
+    memories = engine._backend.memories
     real = memories.index_rows
-    memories.index_rows = lambda since, tenant=None: reads.append(tenant) or real(since, tenant)  # type: ignore[method-assign]
+
+    def index_rows(since: int, tenant: str | None = None) -> list[IndexRow]:
+        reads.append(tenant)
+        return real(since, tenant)
+
+    memories.index_rows = index_rows  # type: ignore[method-assign]
     engine.agent("alice", tenant="acme").recall("offsite")
     assert "acme" not in reads  # nothing of acme's changed: its cache reads nothing
     hits = engine.agent("bob", tenant="globex").recall("Porto offsite", k=1)
@@ -140,7 +146,7 @@ def test_writers_of_different_tenants_do_not_wait_for_each_other(
     if not _per_tenant(engine):
         pytest.skip("SQLite: one writer per file")
     held, done = threading.Event(), threading.Event()
-    store = engine.backend
+    store = engine._backend
 
     def hold() -> None:
         with store.atomic():
@@ -190,7 +196,7 @@ def test_a_write_without_dedup_loads_no_cache_and_one_with_dedup_keeps_the_budge
     engine = make_engine(memory_embedder=fake_embedder(), cache_budget=1)
     assert engine.cache_stats() is None  # nothing made yet
     engine.agent("alice", tenant="acme").recall("anything")  # the caches exist in this process
-    caches = engine.runtime.tenant_caches
+    caches = engine._runtime.tenant_caches
     engine.agent("bob", tenant="globex").remember("globex plans", dedup=False)
     if caches is None:
         assert engine.cache_stats() is None  # one cache of the whole file

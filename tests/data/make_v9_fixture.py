@@ -57,6 +57,7 @@ def main(out: Path) -> None:
     other.remember("Globex keeps its secrets in tenant globex")
     clock.advance(60)
     hits = ada.recall("what took checkout down?", k=3)
+    assert hits.recall_id is not None
     ada.recall("payments team lead", k=2, channel="injected")
     bob.get(b1.id)
     ada.complete(s1.id)

@@ -48,7 +48,7 @@ def test_archived_status(eng: DynamicMemoryEngine) -> None:
     alice = eng.agent("alice")
     kept = alice.remember(content="kept")
     gone = alice.remember(content="archived one")
-    eng.backend.memories.archive("default", [gone.id], eng.backend.changes.next("default"))
+    eng._backend.memories.archive("default", [gone.id], eng._backend.changes.next("default"))
     assert [m.id for m in alice.browse(status="archived").memories] == [gone.id]
     assert {m.id for m in alice.browse(status="all").memories} == {kept.id, gone.id}
     assert [m.id for m in alice.browse().memories] == [kept.id]

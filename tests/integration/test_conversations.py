@@ -92,11 +92,11 @@ def test_a_bad_message_is_refused_and_no_turn_is_stored(me: Agent, messages: Any
 
 def test_messages_and_single_memory_arguments_do_not_mix(me: Agent) -> None:
     with pytest.raises(ValidationError, match="not both"):
-        me.remember("a fact", messages=[{"role": "user", "content": "x"}])
+        me.remember("a fact", messages=[{"role": "user", "content": "x"}])  # type: ignore[call-overload]
     with pytest.raises(ValidationError, match="type cannot be given with messages"):
-        me.remember(messages=[{"role": "user", "content": "x"}], type="skill")
+        me.remember(messages=[{"role": "user", "content": "x"}], type="skill")  # type: ignore[call-overload]
     with pytest.raises(ValidationError, match="needs content"):
-        me.remember()
+        me.remember()  # type: ignore[call-overload]
     assert me.memories() == []
 
 

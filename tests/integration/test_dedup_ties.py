@@ -7,6 +7,7 @@ review of the change that made dedup try ties; each failed on it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -71,11 +72,11 @@ def test_a_batch_ties_a_stored_memory_as_one_call_at_a_time_does(
 
     # LOW about Ann: the same vector, but a fact the stored memory (about no one) does not hold;
     # LOW itself then repeats both the stored memory and that one.
-    about_ann = {"content": LOW, "entities": ["Ann"]}
+    about_ann: dict[str, Any] = {"content": LOW, "entities": ["Ann"]}
     one, low = build("one")
     a = one.agent("alice")
     assert one._runtime.vectors is not None and one._runtime.vectors.approximate
-    assert a.remember(**about_ann).id != low  # type: ignore[arg-type]
+    assert a.remember(**about_ann).id != low
     assert a.remember(LOW).id == low
 
     many, low = build("many")

@@ -123,7 +123,7 @@ class _Reader(ast.NodeVisitor):
         func, args = node.func, node.args
         sql: ast.expr | None = None
         params: ast.expr | None = None
-        where: tuple[str, ...] | None = None
+        where: tuple[int, tuple[str, ...]] | None = None  # (store, scope), as `where()` gives it
         if isinstance(func, ast.Attribute) and func.attr in ("execute", "query") and args:
             sql, params, where = args[0], args[1] if len(args) > 1 else None, self.where(func.value)
         elif isinstance(func, ast.Name) and func.id == "memory_schema" and args:

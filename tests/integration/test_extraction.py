@@ -243,14 +243,14 @@ def test_a_worker_that_dies_after_claiming_loses_nothing_and_duplicates_nothing(
     eng: DynamicMemoryEngine, me: Agent, server: ScriptedChatServer, clock: FixedClock
 ) -> None:
     say(me, "I live in Paris")
-    with eng.backend.atomic():
-        (claimed,) = eng.backend.jobs.claim(worker="dead", now=clock.now, lease=60, limit=5)
+    with eng._backend.atomic():
+        (claimed,) = eng._backend.jobs.claim(worker="dead", now=clock.now, lease=60, limit=5)
     w = worker(eng, llm(server))
     assert w.drain().claimed == 0  # its lease holds
     clock.advance(61)
     assert w.drain().added == 1
     # the dead worker's late finish is refused: the job is no longer its own
-    assert not eng.backend.jobs.finish(claimed.tenant, claimed.job_id, "dead", clock.now, [])
+    assert not eng._backend.jobs.finish(claimed.tenant, claimed.job_id, "dead", clock.now, [])
     assert facts(me) == ["maya lives in Paris"]
 
 
@@ -355,7 +355,7 @@ def test_revert_undoes_a_correction(
     assert eng.revert_extraction(job.job_id) == 1
     assert facts(me) == ["maya lives in Paris"]
     assert eng.revert_extraction(job.job_id) == 0
-    assert all(d.get("reverted") for d in eng.backend.jobs.get("default", job.job_id).decisions[1:])  # type: ignore[union-attr]
+    assert all(d.get("reverted") for d in eng._backend.jobs.get("default", job.job_id).decisions[1:])  # type: ignore[union-attr]
     with pytest.raises(NotFound):
         eng.revert_extraction("j_nope")
 

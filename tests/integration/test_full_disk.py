@@ -3,7 +3,7 @@
 Two ways to fill it, both SQLite's own ``SQLITE_FULL`` ("database or disk is full"):
 
 * ``PRAGMA max_page_count`` on the engine's and the scope's connections of this thread (test-only
-  access to ``engine.backend.store``): the file may not grow by one page. A call that needs a new page fails;
+  access to ``engine._backend.store``): the file may not grow by one page. A call that needs a new page fails;
   one that fits in the pages already there may succeed, so the calls that must fail carry enough
   text to need new pages.
 * a real filesystem of 2 MB (tmpfs, mounted for the test; skipped where mounting is not allowed)
@@ -82,7 +82,10 @@ class LongGists:
 
 #: under a page cap a full reflect may fit its first items in the pages there are; the abstract
 #: step alone writes one long gist, which cannot fit
-PAGE_CAP_CALLS = {**CALLS, "reflect": lambda me, ids: me.reflect(reasoner=LongGists(), steps=("abstract",))}
+PAGE_CAP_CALLS: dict[str, Callable[[Agent, list[str]], object]] = {
+    **CALLS,
+    "reflect": lambda me, ids: me.reflect(reasoner=LongGists(), steps=("abstract",)),
+}
 
 
 def _check_failed_cleanly(path: Path, before: dict[str, int], error: BackendError) -> None:
@@ -94,8 +97,8 @@ def _cap_pages(engine: DynamicMemoryEngine, pages: int | None) -> None:
     """Cap the file at `pages` (None: its size now) on every connection this thread holds.
 
     ``max_page_count`` belongs to a connection: the engine's (role ``engine``) and each scope's."""
-    conns = engine.backend.store.local.state.conns  # type: ignore[attr-defined]
-    engine.backend.store.connection("engine")  # type: ignore[attr-defined]
+    conns = engine._backend.store.local.state.conns  # type: ignore[attr-defined]
+    engine._backend.store.connection("engine")  # type: ignore[attr-defined]
     for conn in conns.values():
         with conn.trusted() as raw:  # past a scope's authorizer, which never allows a PRAGMA
             size = pages or raw.execute("PRAGMA page_count").fetchone()[0]
@@ -109,7 +112,7 @@ def test_a_full_database_file_fails_the_call_cleanly(tmp_path: Path, name: str) 
     with DynamicMemoryEngine(path, clock=clock, memory_embedder=None) as engine:
         me = engine.agent("alice")
         ids = _fill(me, clock)
-        raw = engine.backend.store.connection("engine").raw  # type: ignore[attr-defined]
+        raw = engine._backend.store.connection("engine").raw  # type: ignore[attr-defined]
         raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         raw.execute("VACUUM")  # no free pages left to reuse: growth means a new page
         before = _counts(path)
@@ -170,7 +173,7 @@ def test_a_full_filesystem_fails_the_call_cleanly(tmp_path: Path, name: str) -> 
             me = engine.agent("alice")
             ids = _fill(me, clock)
             me.recall("warm the caches")
-            raw = engine.backend.store.connection("engine").raw  # type: ignore[attr-defined]
+            raw = engine._backend.store.connection("engine").raw  # type: ignore[attr-defined]
             raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the next write must grow the log
             before = _counts(path)
             filler = _fill_disk(folder)

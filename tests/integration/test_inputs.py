@@ -133,7 +133,7 @@ def test_lone_surrogates_are_validation_errors(engine: DynamicMemoryEngine, bad:
 def test_bad_times_and_flags_are_refused(engine: DynamicMemoryEngine, fields: dict[str, object], match: str) -> None:
     me = engine.agent("alice")
     with pytest.raises(ValidationError, match=match):
-        me.remember("a memory", **fields)  # type: ignore[arg-type]
+        me.remember("a memory", **fields)  # type: ignore[call-overload]
     assert me.memories() == []
 
 

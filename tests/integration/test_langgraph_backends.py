@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -17,7 +17,9 @@ from engramdb.testing import fake_embedder
 pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 from engramdb.adapters.langgraph import EngramStore
 
-ITEMS = [
+#: (namespace, key, value[, index])
+Put = tuple[tuple[str, ...], str, dict[str, str]] | tuple[tuple[str, ...], str, dict[str, str], Literal[False]]
+ITEMS: list[Put] = [
     (("users", "john"), "theme", {"text": "John prefers dark mode in every editor"}),
     (("users", "john"), "food", {"text": "John likes ramen and dumplings"}),
     (("users", "jane"), "theme", {"text": "Jane prefers light mode"}),

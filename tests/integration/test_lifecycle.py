@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -26,11 +26,13 @@ from engramdb import (
     MemoryType,
     NotFound,
     TodoStatus,
+    Tombstone,
     ValidationError,
     prune_time,
     retention,
 )
 from engramdb.memories.forgetting import guarded, prunable, stability
+from engramdb.storage.sqlite.backend import SqliteBackend
 from engramdb.testing import FixedClock, fake_embedder
 from tests.rawsql import raw_count
 
@@ -95,7 +97,8 @@ def test_prune_archives_faded_memories_and_keeps_guarded_ones(eng: DynamicMemory
     assert me.get(faded.id, touch=False).retention == pytest.approx(1.0)
     assert me.prune() == []  # nothing has faded yet, and all are younger than the minimum age
     clock.advance(400 * DAY)
-    assert me.get(faded.id, touch=False).retention < 0.05
+    retention = me.get(faded.id, touch=False).retention
+    assert retention is not None and retention < 0.05
     assert me.prune() == [faded.id]
     left = {m.id for m in me.memories()}
     assert faded.id not in left and {skill.id, todo.id, vital.id, shared.id} <= left
@@ -131,7 +134,7 @@ def test_forget_leaves_a_tombstone_and_blocks_silent_recreation(eng: DynamicMemo
     assert (me.stats().memories, me.stats().archived) == (1, 0)  # `other` alone
     with pytest.raises(Forgotten) as err:
         me.remember("bob's phone number is 555 0100!")  # the same value, case and punctuation aside
-    assert err.value.tombstone.memory_id == m.id and "force" in str(err.value)
+    assert cast(Tombstone, err.value.tombstone).memory_id == m.id and "force" in str(err.value)
     assert me.remember("Bob's phone number is 555-0100", force=True).content == "Bob's phone number is 555-0100"
     # the text is gone from the file, not just hidden
     assert raw_count(eng, "SELECT count(*) FROM engram_memories WHERE content LIKE '%555-0100%'") == 1
@@ -235,7 +238,7 @@ def test_forget_puts_secure_delete_back_as_it_was(tmp_path: Path) -> None:
     also when it fails ("FAST" reads back as 2, and "=2" would set ON)."""
     with DynamicMemoryEngine(tmp_path / "m.db", memory_embedder=None, secure_delete="FAST") as eng:
         me = eng.agent("alice")
-        raw = eng.backend.store.connection("engine").raw  # type: ignore[attr-defined]
+        raw = eng._backend.store.connection("engine").raw  # type: ignore[attr-defined]
 
         def setting() -> int:
             return int(raw.execute("PRAGMA secure_delete").fetchone()[0])
@@ -368,7 +371,7 @@ def test_a_log_checkpoint_a_reader_blocked_is_owed_until_it_completes(tmp_path: 
         reader.close()
         if interval == 0:
             me.remember("a note written after the reader is gone")  # the next commit tries again
-        store = eng.backend.store  # type: ignore[attr-defined]
+        store = eng._backend.store  # type: ignore[attr-defined]
         # The checkpointer thread empties the log, then clears the debt: wait for both, since a
         # thread descheduled between the two made the flag lag the file (1 run in 12 under load).
         deadline = time.monotonic() + 10
@@ -461,7 +464,7 @@ def test_an_owed_log_checkpoint_is_tried_once_a_second_without_waiting(
         m = me.remember("The courier's passphrase is Zanzibarquux 7")
         reader = _reader_holding_a_snapshot(path)
         me.forget(m.id)
-        store = eng.backend.store  # type: ignore[attr-defined]
+        store = eng._backend.store  # type: ignore[attr-defined]
         assert store.truncate_owed
         tries: list[int] = []
         real = SqliteStore.truncate_log
@@ -520,7 +523,7 @@ def test_merged_copies_are_found_by_the_merge_not_by_their_text(
     old = me.remember("Standup is on Monday and Tuesday.")
     new = me.remember("Standup is on Tuesday.")
     me.supersede(old.id, new.id)  # new refines old
-    store = eng.backend
+    store = eng._backend
     with store.atomic():
         store.memories.archive("default", [new.id], store.changes.next("default"))
     me.forget(old.id)
@@ -626,7 +629,8 @@ def test_an_owed_log_checkpoint_is_taken_up_by_another_process(tmp_path: Path) -
 
         def owed_in_file() -> bool:
             with contextlib.closing(sqlite3.connect(path)) as raw:
-                return raw.execute("SELECT count(*) FROM engram_meta WHERE key = 'truncate_owed'").fetchone()[0] > 0
+                owed: int = raw.execute("SELECT count(*) FROM engram_meta WHERE key = 'truncate_owed'").fetchone()[0]
+                return owed > 0
 
         deadline = time.monotonic() + 10
         while (log_holds() or owed_in_file()) and time.monotonic() < deadline:
@@ -652,7 +656,7 @@ def test_a_batch_holding_a_forgotten_value_is_refused_whole(eng: DynamicMemoryEn
     batch = [{"content": f"harmless note {i}"} for i in range(700)] + [{"content": "The launch code is BLUE."}]
     with pytest.raises(Forgotten) as err:
         alice.remember_many(batch)
-    assert err.value.tombstone.memory_id == gone.id
+    assert cast(Tombstone, err.value.tombstone).memory_id == gone.id
     assert len(alice.memories()) == before  # nothing of the batch was stored
     with pytest.raises(Forgotten):
         alice.remember_many([{"content": "note"}, {"content": "the office wifi is open", "shared": True}])
@@ -741,7 +745,7 @@ def test_a_batch_dedups_within_itself_as_one_call_at_a_time_would(eng: DynamicMe
     """Items of one batch are compared with the earlier items of the batch too: a restatement of
     an earlier item reinforces it, exactly as two `remember` calls in a row would."""
     me = eng.agent("alice")
-    batch = [
+    batch: list[dict[str, Any]] = [
         {"content": "The staging cluster runs in eu-west-1"},
         {"content": "the billing export runs nightly at two"},
         {"content": "The staging cluster runs in eu-west-1."},  # restates item 0
@@ -756,7 +760,7 @@ def test_a_batch_dedups_within_itself_as_one_call_at_a_time_would(eng: DynamicMe
     assert len({m.id for m in got}) == 7
     assert [a.channel for a in me.accesses(got[0].id)] == ["created", "reinforced"]
     one_by_one = eng.agent("bob")
-    ids = [one_by_one.remember(**item).id for item in batch]  # type: ignore[arg-type]
+    ids = [one_by_one.remember(**item).id for item in batch]
     assert [ids.index(i) for i in ids] == [[m.id for m in got].index(m.id) for m in got]
 
 
@@ -782,7 +786,7 @@ def test_dedup_through_a_trained_ivf_decides_as_the_exact_scan(
     # the IVF path must look past them (a filtered search) rather than answer "no duplicate".
     bob.remember_many([{"content": said} for _ in range(40)], dedup=False)
     again = alice.remember(said)
-    assert (eng.vectors is not None) and eng.vectors.approximate == (index == "ivf")
+    assert (eng._runtime.vectors is not None) and eng._runtime.vectors.approximate == (index == "ivf")
     assert again.id == stored[5].id and again.strength == 1
     batch = alice.remember_many([{"content": texts[7] + "."}, {"content": said}, {"content": texts[200] + "."}])
     batch += alice.remember_many([{"content": "a wholly new fact about the ferry timetable"}])
@@ -841,14 +845,19 @@ def test_commitments_are_not_deduplicated_and_unfired_intents_are_not_pruned(
     assert [m.id for m in me.due(event="deploy")] == [intent.id]
 
 
+def _raw(eng: DynamicMemoryEngine) -> sqlite3.Connection:
+    """The engine role's SQLite connection of an engine on a file (its backend is a SqliteBackend)."""
+    return cast(SqliteBackend, eng._backend).store.connection("engine").raw
+
+
 @pytest.mark.sqlite_only
 def test_secure_delete_is_fast_or_on_never_off(tmp_path: Path) -> None:
     with DynamicMemoryEngine(tmp_path / "a.db", secure_delete="on") as eng:
-        assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 1
+        assert _raw(eng).execute("PRAGMA secure_delete").fetchone()[0] == 1
     with DynamicMemoryEngine(tmp_path / "b.db", secure_delete="fast") as eng:  # SQLite reports 2
-        assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 2
+        assert _raw(eng).execute("PRAGMA secure_delete").fetchone()[0] == 2
     with DynamicMemoryEngine(tmp_path / "d.db") as eng:  # ON by default
-        assert eng.backend.store.connection("engine").raw.execute("PRAGMA secure_delete").fetchone()[0] == 1
+        assert _raw(eng).execute("PRAGMA secure_delete").fetchone()[0] == 1
     for bad in ("OFF", "", 1):
         with pytest.raises(ValueError, match='secure_delete must be "FAST" or "ON"'):
             DynamicMemoryEngine(tmp_path / "c.db", secure_delete=bad)  # type: ignore[arg-type]
@@ -861,6 +870,7 @@ def test_a_recall_that_showed_a_forgotten_memory_replays_without_its_title(eng: 
     rec = me.recall("vault code", k=1)
     assert rec[0].memory.id == secret.id
     me.forget(secret.id)
+    assert rec.recall_id is not None
     replay = me.explain(rec.recall_id)
     shown = [(e.memory_id, e.title) for e in (*replay.hits, *replay.near_misses)]
     assert secret.id not in {mid for mid, _ in shown} and "vault code" not in {t for _, t in shown}
@@ -884,7 +894,7 @@ def test_forget_does_not_wait_for_another_processs_open_read(eng: DynamicMemoryE
         assert time.monotonic() - started < 2.0  # not the 30 s busy timeout
     finally:
         reader.close()
-    assert eng.backend.store.connection("engine").raw.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+    assert _raw(eng).execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
     with pytest.raises(NotFound):
         me.get(m.id)
 
@@ -986,7 +996,7 @@ def test_a_remember_without_dedup_is_refused_by_a_tombstone_and_by_a_forget_comm
     held, release = threading.Event(), threading.Event()
 
     def forgetting() -> None:
-        with two.backend.atomic():  # the forget's transaction stays open, holding the write lock
+        with two._backend.atomic():  # the forget's transaction stays open, holding the write lock
             b.forget(kept.id, reason="moved")
             held.set()
             release.wait(30)
@@ -1145,7 +1155,7 @@ def test_the_one_step_write_stores_what_the_general_path_stores(
     eng = make_engine(memory_embedder=fake_embedder())
     a = eng.agent("alice")
     a.recall("warm", k=1)  # the caches are held: the write hands its vector to them
-    store = eng.backend
+    store = eng._backend
     alone = a.remember("Quarterly review is in room Ostrava.", importance=0.7, tags=["ops"], shared=True)
     with store.atomic():
         inside = a.remember("Quarterly budget is in folder Brno.", importance=0.7, tags=["ops"], shared=True)
@@ -1153,7 +1163,7 @@ def test_the_one_step_write_stores_what_the_general_path_stores(
         got = a.get(m.id, touch=False)
         assert (got.importance, got.tags, got.shared, got.access_count) == (0.7, ("ops",), True, 1)
         assert [r.channel for r in a.accesses(m.id)] == ["created"]
-        key = store.memories.get(a.principal.visibility(), m.id)
+        key = store.memories.get(a._principal.visibility(), m.id)
         assert key is not None
         rows = store.vectors.cache_rows_for(eng.memory_embedder.name, [key.key])  # type: ignore[union-attr]
         assert rows and rows[0][9] is not None

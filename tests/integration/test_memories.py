@@ -6,12 +6,14 @@ import contextlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from engramdb import Confidentiality, DynamicMemoryEngine, NotFound, ValidationError
 from engramdb.agent import Agent
 from engramdb.embeddings.hashing import HashingEmbedder
+from engramdb.storage.sqlite.backend import SqliteBackend
 from engramdb.testing import FixedClock, fake_embedder
 from tests.rawsql import raw_count
 
@@ -57,7 +59,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
     eng: DynamicMemoryEngine, me: Agent, kwargs: dict[str, object], message: str
 ) -> None:
     with pytest.raises(ValidationError, match=message):
-        me.remember(**kwargs)  # type: ignore[arg-type]
+        me.remember(**kwargs)  # type: ignore[call-overload]
     assert _count(eng, "engram_memories") == 0
 
 
@@ -173,7 +175,7 @@ def test_the_recall_log_keeps_entries_as_lists_and_replays_them_exactly(
         me.remember(f"the key rotation schedule entry {i}", importance=i, dedup=False)
     live = me.explain("key rotation schedule", k=3)  # a dry run at the same moment: nothing logged
     r = me.recall("key rotation schedule", k=3)
-    record = eng.store.recalls.get("default", me.agent_id, r.recall_id or "")
+    record = eng._backend.recalls.get("default", me.agent_id, r.recall_id or "")
     assert record is not None
     assert all(isinstance(e, list) for e in (*record.params["hits"], *record.near_misses))
     assert record.params["components"] == [
@@ -245,8 +247,8 @@ def test_spreading_neither_leaks_nor_relays(eng: DynamicMemoryEngine, me: Agent)
     foreign = bob.remember("bob's secret salary negotiation")
     own2 = me.remember("unrelated grocery list")
     # Edges that no agent could create through the API (neither sees both ends) — planted directly.
-    n = {m.id: eng.backend.memories.key_of("default", m.id) for m in (own1, foreign, own2)}
-    eng.backend.edges.put(
+    n = {m.id: eng._backend.memories.key_of("default", m.id) for m in (own1, foreign, own2)}
+    eng._backend.edges.put(
         "default",
         [(n[own1.id], n[foreign.id], "causes", 1.0), (n[foreign.id], n[own2.id], "causes", 1.0)],  # type: ignore[list-item]
         now=0.0,
@@ -532,14 +534,15 @@ def test_terms_written_by_an_older_stemmer_are_restemmed_on_open(tmp_path: Path,
     with DynamicMemoryEngine(path, clock=clock, memory_embedder=None) as e:
         a = e.agent("ann")
         assert [h.memory.id for h in a.search("rotate key", k=3)] == [m.id]  # Porter2: rotat, key
-        row = e.backend.store.connection("engine").raw.execute("SELECT terms FROM engram_memories").fetchone()
+        backend = cast(SqliteBackend, e._backend)  # a file engine's
+        row = backend.store.connection("engine").raw.execute("SELECT terms FROM engram_memories").fetchone()
         assert row[0] == "key port rotat"  # stopwords are not stored
 
 
 def test_an_access_does_not_re_add_an_unchanged_vector(eng: DynamicMemoryEngine, me: Agent) -> None:
     kept = me.remember("the deploy key rotates on Fridays")
     me.recall("deploy key")  # loads the cache
-    channel = eng.vectors
+    channel = eng._runtime.vectors
     assert channel is not None
     added: list[list[int]] = []
     upsert = channel.index.upsert

@@ -313,6 +313,6 @@ def test_recalls_and_dedup_answered_by_the_server_are_single_shard_router_querie
         assert stats is not None and stats.tenants == 0 and stats.served_too_large >= 2
         assert len(ran) >= 4
         with pytest.raises(Exception, match=r"(?i)multi-task"):  # the control: a fan-out fails so
-            routed(eng.backend.server_index, "acme", "SELECT count(*) FROM engram.engram_memories", ())  # type: ignore[union-attr]
+            routed(eng._backend.server_index, "acme", "SELECT count(*) FROM engram.engram_memories", ())
     finally:
         eng.close()

@@ -200,7 +200,7 @@ def test_a_slow_statement_on_a_server_that_answers_is_not_cut(proxied: tuple[Fre
     backend = PostgresBackend(url, settings)
     eng = DynamicMemoryEngine(backend, clock=FixedClock(1_800_000_000.0), memory_embedder=None)
     try:
-        store = backend.store  # type: ignore[attr-defined]
+        store = backend.store
         # An engine call that takes 3 s on a live server: probed, found answering, left to finish.
         took, out = _timed(lambda: store.run("<store>", lambda c: c.execute("SELECT pg_sleep(3)").fetchone()))
         assert not isinstance(out, EngramError), out

@@ -61,7 +61,7 @@ def test_thirty_private_scopes_used_round_robin_by_two_threads_stay_within_the_c
                 for round_ in range(3):
                     for i in range(offset, 30, 2):
                         scopes[i].execute(f"INSERT INTO private_agent{i:02d}_notes VALUES (?, 'x')", (round_,))
-                        peak[0] = max(peak[0], eng.backend._scope_conns.stats().open)  # type: ignore[attr-defined]
+                        peak[0] = max(peak[0], eng._backend._scope_conns.stats().open)  # type: ignore[attr-defined]
             except BaseException as exc:  # handed to the test thread
                 errors.append(exc)
 
@@ -76,7 +76,7 @@ def test_thirty_private_scopes_used_round_robin_by_two_threads_stay_within_the_c
         for i, scope in enumerate(scopes):  # every write landed, each scope as its own role
             assert scope.query(f"SELECT count(*) FROM private_agent{i:02d}_notes") == [(3,)]
             assert scope.query("SELECT current_user") == [(roles[i],)]
-        stats = eng.backend._scope_conns.stats()  # type: ignore[attr-defined]
+        stats = eng._backend._scope_conns.stats()  # type: ignore[attr-defined]
         assert stats.taken_over > 0 and stats.open <= 3
     finally:
         eng.close()
@@ -93,7 +93,7 @@ def test_an_idle_scope_connection_is_closed_after_the_idle_timeout(url: str) -> 
         time.sleep(0.4)
         b.execute("CREATE TABLE private_bob_t (x integer)")  # closes alice's idle one on the way
         assert _scope_sessions(url, [roles[0]]) == 0
-        assert eng.backend._scope_conns.stats().closed_idle >= 1  # type: ignore[attr-defined]
+        assert eng._backend._scope_conns.stats().closed_idle >= 1  # type: ignore[attr-defined]
     finally:
         eng.close()
 
@@ -130,7 +130,7 @@ def test_a_closed_scope_connection_has_left_the_server_when_its_slot_frees(url: 
         for i, scope in enumerate(scopes):
             scope.execute(f"CREATE TABLE private_agent{i}_notes (id integer PRIMARY KEY)")
         roles = [scope.role for scope in scopes]  # type: ignore[attr-defined]
-        conns = eng.backend._scope_conns  # type: ignore[attr-defined]
+        conns = eng._backend._scope_conns  # type: ignore[attr-defined]
         seen = []
         with psycopg.connect(url, autocommit=True) as admin:
             count = "SELECT count(*) FROM pg_stat_activity WHERE usename = ANY(%s)"

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 import pytest
@@ -50,7 +50,23 @@ pytestmark = pytest.mark.postgres_only
 AGENTS = ("a", "ab", "a-b", "researcher")
 TENANTS = ("default", "other")
 ENGINE_SECRET = "SECRET-engine-77ab3e"
-LIMITS = {"statement_timeout": 1.0, "max_value_bytes": 1 << 20, "max_result_rows": 5000, "max_result_bytes": 1 << 23}
+
+
+class Limits(TypedDict):
+    """The limits every scope of these tests opens with (PostgresScope's keywords)."""
+
+    statement_timeout: float
+    max_value_bytes: int
+    max_result_rows: int
+    max_result_bytes: int
+
+
+LIMITS: Limits = {
+    "statement_timeout": 1.0,
+    "max_value_bytes": 1 << 20,
+    "max_result_rows": 5000,
+    "max_result_bytes": 1 << 23,
+}
 
 
 def secret(tenant: str, label: str) -> str:
@@ -139,7 +155,7 @@ def snapshot(url: str) -> dict[str, Any]:
         for nsp, rel, kind, *_ in rels:
             if kind == "r":
                 data[f"{nsp}.{rel}"] = sorted(
-                    (repr(r) for r in c.execute(f"SELECT * FROM {q(nsp)}.{q(rel)}")),  # type: ignore[call-overload]
+                    (repr(r) for r in c.execute(f"SELECT * FROM {q(nsp)}.{q(rel)}")),
                 )
         return {
             "schemas": c.execute(
@@ -556,9 +572,9 @@ def test_server_refuses_directly(world: World, raw: psycopg.Connection[Any], sql
     with pytest.raises(psycopg.Error) as info:
         if sql.startswith("LOCK"):  # only inside a transaction block
             with raw.transaction():
-                raw.execute(sql)  # type: ignore[call-overload]
+                raw.execute(sql)
         else:
-            raw.execute(sql)  # type: ignore[call-overload]
+            raw.execute(sql)
     assert info.value.sqlstate == state, f"{sql!r}: {info.value.sqlstate} {info.value}"
     assert world.snap() == before
     assert not any(world.dir.iterdir())
@@ -627,10 +643,10 @@ def test_what_only_the_classifier_stops_is_contained(world: World, raw: psycopg.
     raw.execute("CREATE TABLE shared_gone (a int)")
     for sql, _why in CLASSIFIER_ONLY:
         if sql.startswith("COPY"):
-            with raw.cursor() as cur, cur.copy(sql) as copy:  # type: ignore[arg-type]
+            with raw.cursor() as cur, cur.copy(sql) as copy:
                 assert [bytes(b) for b in copy] == [b"1\n"]
         else:
-            raw.execute(sql)  # type: ignore[call-overload]  # allowed by the server: contained
+            raw.execute(sql)  # allowed by the server: contained
         with pytest.raises((ScopeViolation, ForbiddenDDLError, InvalidStatement)):
             world.scope(S).execute(sql.replace("shared_gone", "shared_notes"))
     raw.execute("RESET statement_timeout")
@@ -644,7 +660,7 @@ def test_what_only_the_classifier_stops_is_contained(world: World, raw: psycopg.
     try:
         other = roles.provision(world.url, "default", ns_of(AB))
         with psycopg.connect(other.conninfo, autocommit=True) as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
-            c.execute(f"SELECT * FROM {world.schema(S)}.shared_public")  # type: ignore[call-overload]
+            c.execute(f"SELECT * FROM {world.schema(S)}.shared_public")
     finally:
         raw.execute("DROP TABLE shared_public")
 
@@ -1163,7 +1179,7 @@ def test_server_refuses_self_harm_directly(world: World, raw: psycopg.Connection
     sql = _fill(world, sql)
     before = world.snap()
     with pytest.raises(psycopg.Error) as info:
-        raw.execute(sql)  # type: ignore[call-overload]
+        raw.execute(sql)
     assert info.value.sqlstate in ("42501", "0A000"), f"{sql!r}: {info.value.sqlstate} {info.value}"
     assert world.snap() == before
     with pytest.raises((ScopeViolation, ForbiddenDDLError, InvalidStatement)):
@@ -1224,7 +1240,7 @@ def test_self_changes_straight_at_the_server_do_not_reach_the_engine(world: Worl
     before = world.snap()
     where = world.where[("default", S)]
     with psycopg.connect(where.conninfo, autocommit=True) as c:
-        c.execute(sql)  # type: ignore[call-overload]
+        c.execute(sql)
     scope = make_scope(world.url, S)  # a new pool: a new session of the role
     try:
         scope.execute("INSERT INTO shared_notes (content) VALUES ('after')")

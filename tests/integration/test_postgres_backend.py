@@ -54,14 +54,14 @@ def test_a_url_opens_postgres_and_a_path_opens_sqlite(url: str, tmp_path: Any) -
 
     for scheme_url in (url, "postgres://" + url.split("://", 1)[1]):
         with _open(scheme_url) as eng:
-            assert isinstance(eng.backend, PostgresBackend)
-            assert eng.backend.cache_file is None
+            assert isinstance(eng._backend, PostgresBackend)
+            assert eng._backend.cache_file is None
             m = eng.agent("alice").remember(f"the kiln fires at noon ({scheme_url.split(':')[0]})")
             assert eng.agent("alice").recall("kiln fires")[0].memory.id == m.id
     with DynamicMemoryEngine(tmp_path / "m.db") as eng:
-        assert isinstance(eng.backend, SqliteBackend)
+        assert isinstance(eng._backend, SqliteBackend)
     with open_team_memory_engine(load_config(env={"ENGRAMDB_URL": url})) as eng:
-        assert isinstance(eng.backend, PostgresBackend)
+        assert isinstance(eng._backend, PostgresBackend)
         assert len(eng.agent("alice").memories()) == 2  # the same database as above
 
 
@@ -107,7 +107,7 @@ def test_row_level_security_hides_other_tenants_even_from_a_query_without_a_pred
     with _open(url) as eng:
         eng.agent("alice", tenant="acme").remember("acme plans", shared=True)
         eng.agent("alice", tenant="globex").remember("globex plans", shared=True)
-        role = eng.backend.store.role  # type: ignore[attr-defined]
+        role = eng._backend.store.role  # type: ignore[attr-defined]
         assert role is not None
     import psycopg
 
@@ -127,7 +127,7 @@ def test_row_level_security_hides_other_tenants_even_from_a_query_without_a_pred
 
 def test_port_calls_naming_a_tenant_run_under_it(url: str) -> None:
     with _open(url) as eng:
-        backend: Any = eng.backend
+        backend: Any = eng._backend
         acme = eng.agent("alice", tenant="acme").remember("acme plans")
         globex = eng.agent("alice", tenant="globex").remember("globex plans")
         globex_key = backend.memories.key_of("globex", globex.id)
@@ -185,11 +185,11 @@ def test_a_crashed_lock_holder_never_leaves_the_tenant_locked(url: str) -> None:
     try:
         assert ready.wait(60)
         with _open(url) as eng, pytest.raises(TransactionError, match=r"held by doomed pid \d+"):
-            eng.backend.tenant_lock("default", "me").__enter__()
+            eng._backend.tenant_lock("default", "me").__enter__()
     finally:
         child.kill()
         child.join(30)
-    with _open(url) as eng, eng.backend.tenant_lock("default", "me"):
+    with _open(url) as eng, eng._backend.tenant_lock("default", "me"):
         pass  # the server dropped the dead session's lock
 
 
@@ -270,7 +270,7 @@ def test_a_unique_violation_is_a_constraint_error(url: str) -> None:
 
     with _open(url) as eng:
         m = eng.agent("alice").remember("once")
-        backend: Any = eng.backend
+        backend: Any = eng._backend
         from engramdb.storage.ports import NewMemory
 
         with pytest.raises(ConstraintError, match="duplicate key"), backend.atomic():
@@ -331,7 +331,7 @@ def test_server_side_knn_keeps_visibility_inside_the_query(url: str) -> None:
     import numpy as np
 
     with _open(url) as eng:
-        backend: Any = eng.backend
+        backend: Any = eng._backend
         emb = fake_embedder()
         mine = eng.agent("alice", tenant="acme").remember("the red lighthouse")
         eng.agent("alice", tenant="globex").remember("the red lighthouse")  # the same vector, another tenant
@@ -366,12 +366,12 @@ def test_the_visibility_predicate_admits_the_same_memories_on_both_backends(url:
                 eng.agent(agent, tenant=tenant).remember(
                     f"memory {i}", shared=shared, confidentiality=level, valid_from=vfrom, valid_to=vto, dedup=False
                 )
-            backend: Any = eng.backend
+            backend: Any = eng._backend
             doomed = [m.id for m in eng.agent("alice", tenant="acme").memories() if m.content.endswith("7")]
             backend.memories.archive("acme", doomed, backend.changes.next("acme"))
 
         def admitted(eng: DynamicMemoryEngine, vis: Visibility) -> set[str]:
-            backend: Any = eng.backend
+            backend: Any = eng._backend
             keys = backend.memories.visible_keys(vis)
             return {content for content, *_ in backend.memories.contents(keys).values()}
 
@@ -452,6 +452,7 @@ def test_the_whole_engine_runs_in_pgbouncer_mode(url: str) -> None:
         assert [m.content for m in alice.due(event="standup")] == ["ask about the plan"]
         hits = alice.recall("quarterly plan", k=5, hops=2)
         assert {h.memory.id for h in hits} >= {a.id, b.id} and all(h.memory.tenant == "acme" for h in hits)
+        assert hits.recall_id is not None
         assert alice.explain(hits.recall_id).hits[0].memory_id == hits[0].memory.id
         alice.forget(b.id, reason="outdated")
         with pytest.raises(Forgotten):
@@ -538,7 +539,7 @@ def test_the_engine_keeps_working_after_scopes_harden_the_database(make_engine: 
     m = me.remember("the scopes were hardened first")
     assert me.recall("hardened scopes", k=1)[0].memory.id == m.id
     assert me.reflect(steps=["link"]).step("link").errors == 0
-    with eng.backend.tenant_lock("default", "alice"):
+    with eng._backend.tenant_lock("default", "alice"):
         pass
 
 
@@ -561,11 +562,11 @@ def test_a_store_made_before_per_tenant_sequences_keeps_every_memory_recallable(
         old = pg.execute("SELECT value FROM engram.engram_counters").fetchone()
     assert old is not None
     with _open(url) as eng:
-        assert eng.backend.changes.current("acme") == eng.backend.changes.current("globex") == old[0]
-        assert eng.backend.changes.current("initech") == 0  # a tenant with nothing yet
+        assert eng._backend.changes.current("acme") == eng._backend.changes.current("globex") == old[0]
+        assert eng._backend.changes.current("initech") == 0  # a tenant with nothing yet
         new = eng.agent("alice", tenant="acme").remember("acme launch moved to May")
-        key = eng.backend.memories.key_of("acme", new.id)
-        rows = eng.backend.memories.index_rows(old[0], "acme")
+        key = eng._backend.memories.key_of("acme", new.id)
+        rows = eng._backend.memories.index_rows(old[0], "acme")
         assert [r[0] for r in rows] == [key]
     with _open(url) as fresh:  # a new process: caches load from the rows
         got = {h.memory.content for h in fresh.agent("alice", tenant="acme").recall("acme launch", k=10).hits}

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engramdb import DynamicMemoryEngine
+from engramdb.storage.ports import VectorRow
 from engramdb.testing import FixedClock, fake_embedder
 
 WORDS = ["deploy", "release", "budget", "kafka", "latency", "review", "schema", "invoice", "pager", "backup"]
@@ -96,9 +97,12 @@ def _reads_back(engine: DynamicMemoryEngine, monkeypatch: Any) -> list[int]:
     reads: list[int] = []
     vectors = engine._runtime.store.vectors
     real = vectors.cache_rows
-    monkeypatch.setattr(
-        vectors, "cache_rows", lambda model, since, tenant=None: reads.append(since) or real(model, since, tenant)
-    )
+
+    def cache_rows(model: str, since: int, tenant: str | None = None) -> list[VectorRow]:
+        reads.append(since)
+        return real(model, since, tenant)
+
+    monkeypatch.setattr(vectors, "cache_rows", cache_rows)
     return reads
 
 
@@ -115,7 +119,7 @@ def test_own_remembers_go_into_the_vector_cache_as_written(
     me = warm.agent("a")
     me.recall("deploy", k=3)  # the caches are loaded
     reads = _reads_back(warm, monkeypatch)
-    kinds = [
+    kinds: list[dict[str, Any]] = [
         {"shared": True},
         {"confidentiality": 2},
         {"valid_from": 1000.0, "valid_to": 5000.0},
@@ -125,11 +129,14 @@ def test_own_remembers_go_into_the_vector_cache_as_written(
     ]
     for i in range(18):
         clock.advance(30)
-        fields = {"content": f"fresh {i}: {WORDS[i % 10]} {WORDS[(i * 7 + 3) % 10]} number {i * 13}", **kinds[i % 6]}
+        fields: dict[str, Any] = {
+            "content": f"fresh {i}: {WORDS[i % 10]} {WORDS[(i * 7 + 3) % 10]} number {i * 13}",
+            **kinds[i % 6],
+        }
         if i % 6 == 5:
             other.agent("b").remember(f"elsewhere {i}: {WORDS[(i + 4) % 10]}", shared=i % 2 == 0)
         if i % 9 == 4:
-            with warm.store.atomic():  # a caller's transaction: its commit is not the write's
+            with warm._backend.atomic():  # a caller's transaction: its commit is not the write's
                 me.remember(**fields)
         else:
             me.remember(**fields)
@@ -154,7 +161,7 @@ def test_caches_read_inside_a_rolled_back_transaction_start_over(
     me = engine.agent("a")
     me.remember("warm up note about ferries")
     me.explain("ferries", k=3)  # the caches are loaded
-    with contextlib.suppress(RuntimeError), engine.store.atomic():
+    with contextlib.suppress(RuntimeError), engine._backend.atomic():
         inside = me.remember("the purple giraffe sings at dawn", dedup=False)
         assert me.explain("purple giraffe", k=1).hits[0].memory_id == inside.id  # its own write, seen
         raise RuntimeError("roll back")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_min_max_cosines_span_the_candidates(make_engine: MakeEngine, clock: Fix
     e.close()
 
 
-def _two_days(make_engine: MakeEngine, clock: FixedClock, **cfg: float) -> tuple[DynamicMemoryEngine, dict[str, str]]:
+def _two_days(make_engine: MakeEngine, clock: FixedClock, **cfg: Any) -> tuple[DynamicMemoryEngine, dict[str, str]]:
     """Two equally relevant memories, one made on 2023-03-13 and one on 2023-03-20, the older
     one written second so that the tie goes its way only through the date."""
     e = make_engine(memory_embedder=None, scoring=ScoringConfig(**cfg))
@@ -164,7 +165,7 @@ def test_entity_weight_zero_and_other_readers(make_engine: MakeEngine, clock: Fi
     e.close()
 
 
-def _episode(make_engine: MakeEngine, clock: FixedClock, **cfg: float) -> tuple[DynamicMemoryEngine, dict[str, str]]:
+def _episode(make_engine: MakeEngine, clock: FixedClock, **cfg: Any) -> tuple[DynamicMemoryEngine, dict[str, str]]:
     """A strong match; a weak one made a minute after it; the same weak text made three days later."""
     e = make_engine(memory_embedder=None, scoring=ScoringConfig(**cfg))
     a = e.agent("alice")
@@ -361,8 +362,8 @@ def test_memories_written_in_a_row_spread_to_each_other(make_engine: MakeEngine,
     assert [h.memory_id for h in ex.hits][:2] == [match, nxt]
     assert ex.hits[1].source == "spread" and ex.hits[1].components.spread > 0
     assert len(ex.hits) == 2  # the memory of the next day is no neighbour
-    off = make_engine(memory_embedder=None, scoring=ScoringConfig(w_ctx=0.0, sequence_window=0.0, bm25_prev=0.0))
-    off = off.agent("bob")
+    no_context = ScoringConfig(w_ctx=0.0, sequence_window=0.0, bm25_prev=0.0)
+    off = make_engine(memory_embedder=None, scoring=no_context).agent("bob")
     off.remember("the deploy keys rotate every monday", created_at=t0)
     off.remember("yes, and nobody writes it down", created_at=t0 + 60)
     assert len(off.explain("when do the deploy keys rotate", k=3, hops=1).hits) == 1

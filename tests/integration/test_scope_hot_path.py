@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -33,6 +34,11 @@ from engramdb import (
 from engramdb.storage.sqlite import scope as scope_module
 
 pytestmark = pytest.mark.sqlite_only  # SQLite's own machinery; other backends have their own suite
+
+
+def _sqlite(scope: MemoryScope) -> scope_module.SqliteScope:
+    """`scope` as the SQLite scope it is here (its statement cache and store)."""
+    return cast(scope_module.SqliteScope, scope)
 
 
 @pytest.fixture
@@ -72,9 +78,9 @@ def _refusal(scope: MemoryScope, sql: str, *, query: bool = False) -> tuple[type
 )
 def test_text_admitted_in_one_scope_stays_refused_in_the_others(eng: DynamicMemoryEngine, owner: str, sql: str) -> None:
     scopes = {
-        "shared": eng.get_shared_scope(),
-        "private:a": eng.get_private_scope("a"),
-        "private:ab": eng.get_private_scope("ab"),
+        "shared": _sqlite(eng.get_shared_scope()),
+        "private:a": _sqlite(eng.get_private_scope("a")),
+        "private:ab": _sqlite(eng.get_private_scope("ab")),
     }
     others = {name: s for name, s in scopes.items() if name != owner}
     cold = {name: _refusal(s, sql) for name, s in others.items()}
@@ -97,7 +103,7 @@ def test_only_exact_str_texts_are_remembered(eng: DynamicMemoryEngine) -> None:
     class Sql(str):
         pass
 
-    shared = eng.get_shared_scope()
+    shared = _sqlite(eng.get_shared_scope())
     text = Sql("SELECT count(*) FROM shared_t")
     assert shared.query(text) == [(1,)]
     assert shared.query(text) == [(1,)]
@@ -105,7 +111,7 @@ def test_only_exact_str_texts_are_remembered(eng: DynamicMemoryEngine) -> None:
 
 
 def test_cache_is_bounded(eng: DynamicMemoryEngine) -> None:
-    shared = eng.get_shared_scope()
+    shared = _sqlite(eng.get_shared_scope())
     for k in range(scope_module._PLAIN_CACHE + 50):
         assert shared.query(f"SELECT {k}") == [(k,)]
     assert 0 < len(shared._plain) <= scope_module._PLAIN_CACHE
@@ -171,7 +177,7 @@ def test_an_old_refusal_never_explains_a_later_failure(eng: DynamicMemoryEngine)
 
 
 def test_warm_text_on_another_thread_runs_on_that_threads_connection(eng: DynamicMemoryEngine) -> None:
-    shared = eng.get_shared_scope()
+    shared = _sqlite(eng.get_shared_scope())
     insert = "INSERT INTO shared_t (v) VALUES (?)"
     count = "SELECT count(*) FROM shared_t"
     for k in range(3):  # warm on this thread

@@ -95,7 +95,7 @@ def test_a_reopened_engine_adopts_both_side_files_and_answers_as_a_full_load(
     expected = from_database(db, clock, tmp_path)
     with open_engine(db, clock) as engine:
         assert answers(engine) == expected
-        assert lexical(engine).restored and engine.vectors is not None and engine.vectors.restored
+        assert lexical(engine).restored and engine._runtime.vectors is not None and engine._runtime.vectors.restored
 
 
 def test_writes_between_save_and_load_are_caught_up(db: Path, clock: FixedClock, tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_writes_between_save_and_load_are_caught_up(db: Path, clock: FixedClock,
     with open_engine(db, clock) as engine:
         got = answers(engine)
         assert got == expected
-        assert lexical(engine).restored and engine.vectors is not None and engine.vectors.restored
+        assert lexical(engine).restored and engine._runtime.vectors is not None and engine._runtime.vectors.restored
         assert "kingfisher" in json.dumps(engine.agent("alice").search("kingfisher mill", k=3)[0].memory.content)
 
 
@@ -155,7 +155,7 @@ def test_a_damaged_ivf_file_is_refused(
     damage(ivf, "flipped")
     with open_engine(db, clock) as engine, caplog.at_level(logging.DEBUG, "engramdb.retrieval.vector_channel"):
         assert answers(engine) == expected
-        assert engine.vectors is not None and not engine.vectors.restored
+        assert engine._runtime.vectors is not None and not engine._runtime.vectors.restored
     assert "is damaged" in caplog.text
 
 
@@ -163,25 +163,31 @@ def test_the_ivf_file_is_read_on_its_own_thread_while_the_arrays_are(
     db: Path, clock: FixedClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from engramdb.retrieval import vector_channel
+    from engramdb.vectors.ann import read_ivf  # the function vector_channel calls by that name
 
     expected = from_database(db, clock, tmp_path)
     threads: list[str] = []
-    read, files = vector_channel.read_ivf, vector_channel._read_files
-    monkeypatch.setattr(
-        vector_channel, "read_ivf", lambda path: threads.append(threading.current_thread().name) or read(path)
-    )
-    monkeypatch.setattr(
-        vector_channel, "_read_files", lambda *a: threads.append(threading.current_thread().name) or files(*a)
-    )
+    read, files = read_ivf, vector_channel._read_files
+
+    def read_noting_the_thread(path: Path) -> Any:
+        threads.append(threading.current_thread().name)
+        return read(path)
+
+    def files_noting_the_thread(*a: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return files(*a)
+
+    monkeypatch.setattr(vector_channel, "read_ivf", read_noting_the_thread)
+    monkeypatch.setattr(vector_channel, "_read_files", files_noting_the_thread)
     with open_engine(db, clock) as engine:
         assert answers(engine) == expected  # a recall first: the side file is read beside the lexical one
-        assert engine.vectors is not None and engine.vectors.restored
+        assert engine._runtime.vectors is not None and engine._runtime.vectors.restored
     assert threads == ["engramdb-side-file-read", "engramdb-ivf-read"]
     assert not any(t.name.startswith("engramdb-") and t.name.endswith("-read") for t in threading.enumerate())
     threads.clear()
     with open_engine(db, clock) as engine:  # a write first: read on the writer's thread, the IVF beside it
         engine.agent("alice").remember("a kingfisher note")
-        assert engine.vectors is not None and engine.vectors.restored
+        assert engine._runtime.vectors is not None and engine._runtime.vectors.restored
     assert threads == [threading.current_thread().name, "engramdb-ivf-read"]
 
 
@@ -193,7 +199,7 @@ def test_a_missing_ivf_file_is_a_rebuild_not_an_error(
     ivf.unlink()
     with open_engine(db, clock) as engine:
         assert answers(engine) == expected
-        assert engine.vectors is not None and not engine.vectors.restored
+        assert engine._runtime.vectors is not None and not engine._runtime.vectors.restored
     assert not any(t.name == "engramdb-ivf-read" for t in threading.enumerate())
 
 
@@ -347,7 +353,7 @@ def test_a_reversed_array_with_its_stamp_kept_is_refused(
     write_arrays(path, arrays)
     with open_engine(db, clock) as engine, caplog.at_level(logging.DEBUG, "engramdb.retrieval"):
         assert answers(engine) == expected
-        assert not (lexical(engine).restored if target == "lexical.npz" else engine.vectors.restored)  # type: ignore[union-attr]
+        assert not (lexical(engine).restored if target == "lexical.npz" else engine._runtime.vectors.restored)  # type: ignore[union-attr]
     assert "damaged" in caplog.text
 
 
@@ -373,6 +379,10 @@ def test_a_side_file_that_is_not_a_regular_file_is_never_read(
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with open_engine(db, clock) as engine, caplog.at_level(logging.DEBUG, "engramdb.retrieval"):
         assert answers(engine) == expected
-        assert not lexical(engine).restored and engine.vectors is not None and not engine.vectors.restored
+        assert (
+            not lexical(engine).restored
+            and engine._runtime.vectors is not None
+            and not engine._runtime.vectors.restored
+        )
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB: nothing near the 19 GB
     assert "not a regular file" in caplog.text or "regular file" in caplog.text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,18 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 
 def plain(value: Any) -> Any:
     """What the fixture's JSON holds for `value` (dataclasses as dicts, tuples as lists, enums as text)."""
-    return json.loads(json.dumps(dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value, default=str))
+    is_instance = dataclasses.is_dataclass(value) and not isinstance(value, type)
+    return json.loads(json.dumps(dataclasses.asdict(value) if is_instance else value, default=str))
 
 
 @pytest.fixture
 def expect() -> dict[str, Any]:
-    return json.loads((DATA / "v9_fixture.json").read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads((DATA / "v9_fixture.json").read_text(encoding="utf-8"))
+    return data
 
 
 @pytest.fixture
-def upgraded(tmp_path: Path, expect: dict[str, Any]) -> DynamicMemoryEngine:
+def upgraded(tmp_path: Path, expect: dict[str, Any]) -> Iterator[DynamicMemoryEngine]:
     path = tmp_path / "v9.db"
     shutil.copy(DATA / "v9_fixture.db", path)
     eng = DynamicMemoryEngine(

@@ -63,7 +63,7 @@ def results(engine: DynamicMemoryEngine) -> list[Any]:
     for q in QUERIES:
         x = me.explain(q, k=8)
         out.append([(h.memory_id, h.score, h.source) for h in (*x.hits, *x.near_misses)])
-        channel, embedder = engine.vectors, engine.memory_embedder
+        channel, embedder = engine._runtime.vectors, engine.memory_embedder
         assert channel is not None and embedder is not None
         out.append(channel.search(embedder.embed([q])[0], 20, VIS))
     return out
@@ -77,7 +77,7 @@ def no_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def channel_of(engine: DynamicMemoryEngine) -> Any:
-    channel = engine.vectors
+    channel = engine._runtime.vectors
     assert channel is not None
     return channel
 
@@ -120,7 +120,7 @@ def test_a_reopened_engine_adopts_the_side_file_and_answers_the_same(
 
 
 def key_of(engine: DynamicMemoryEngine, memory_id: str) -> int:
-    key = engine.backend.memories.key_of("default", memory_id)
+    key = engine._backend.memories.key_of("default", memory_id)
     assert key is not None
     return key
 
@@ -245,7 +245,7 @@ def test_a_forget_inside_a_callers_transaction_leaves_later_saves_alone(db: Path
         gone = engine.agent("alice").search("amber wren ferry", k=1)[0].memory
     with open_engine(db, clock) as engine:
         me = engine.agent("alice")
-        with engine.store.atomic():
+        with engine._backend.atomic():
             me.forget(gone.id)
         assert not side(db).exists() and not lexical.exists()
         results(engine)
@@ -267,7 +267,12 @@ def test_a_forget_does_not_load_a_cache_that_has_no_side_file(
     assert lexical.exists() and not side(path).exists()
     loads: list[int] = []
     real = SqliteMemoryVectors.cache_row_batches
-    monkeypatch.setattr(SqliteMemoryVectors, "cache_row_batches", lambda self, *a: loads.append(1) or real(self, *a))
+
+    def counted(self: SqliteMemoryVectors, *a: Any) -> Any:
+        loads.append(1)
+        return real(self, *a)
+
+    monkeypatch.setattr(SqliteMemoryVectors, "cache_row_batches", counted)
     with open_engine(path, clock, vector_index="exact") as engine:
         me = engine.agent("alice")
         me.forget(me.memories()[0].id)
@@ -289,7 +294,7 @@ def test_forgotten_memories_stay_invisible_after_reopen(
         me.forget(before.id)
         channel_of(engine).index.rebuild()  # so that the next refresh saves, with `before` purged
         results(engine)
-        assert saved_change(side(path)) == engine.backend.changes.current()
+        assert saved_change(side(path)) == engine._backend.changes.current()
         me.forget(after.id)  # drops the file again
         assert not side(path).exists()
         expected = results(engine)
@@ -390,7 +395,7 @@ def test_a_side_file_ahead_of_the_database_is_ignored(
     if diverged:  # the same writes with other contents, by an engine that leaves the file alone
         with open_engine(path, clock, vector_index="exact") as writer:
             writer.agent("alice").remember_many([{"content": f"diverged {t}"} for t in TEXTS[500:]])
-            assert writer.backend.changes.current() == saved
+            assert writer._backend.changes.current() == saved
     with open_engine(path, clock) as engine, caplog.at_level(logging.DEBUG, CHANNEL_LOG):
         got = results(engine)
         assert not channel_of(engine).restored
@@ -414,12 +419,12 @@ def test_close_saves_when_a_tenth_of_the_rows_changed(db: Path, clock: FixedCloc
         results(engine)
         writer.agent("alice").remember_many([{"content": f"many {t}"} for t in TEXTS[:100]])  # 100 of 630
         results(engine)
-        latest = engine.backend.changes.current()
+        latest = engine._backend.changes.current()
     assert saved_change(path) == latest
 
 
 def test_no_side_file_without_a_trained_ann_index_on_a_file(tmp_path: Path, clock: FixedClock) -> None:
-    with open_engine(Path(":memory:"), clock) as engine:  # type: ignore[arg-type]
+    with open_engine(Path(":memory:"), clock) as engine:
         engine.agent("alice").remember_many([{"content": t} for t in TEXTS[:100]])
         results(engine)
         assert channel_of(engine).index.trained
@@ -458,17 +463,19 @@ def test_a_cache_read_inside_a_transaction_is_never_saved(tmp_path: Path, clock:
         # dedup off: no lookup loads the cache first (a loaded cache takes a committed write as
         # written, `VectorChannel.written`, and would have nothing left to read below)
         engine.agent("alice").remember_many([{"content": t} for t in TEXTS], dedup=False)
-        with engine.backend.snapshot():  # what it reads inside a transaction might yet be rolled back
-            channel_of(engine).refresh(engine.backend)
+        with engine._backend.snapshot():  # what it reads inside a transaction might yet be rolled back
+            channel_of(engine).refresh(engine._backend)
         assert channel_of(engine).index.trained
     assert not side(path).exists()
 
 
 def test_each_database_has_its_own_instance_id(tmp_path: Path) -> None:
-    ids = []
+    ids: list[str] = []
     for name in ("a.db", "b.db", "a.db"):
         with DynamicMemoryEngine(tmp_path / name, memory_embedder=None) as engine:
-            ids.append(engine.backend.instance_id())
+            instance_id = engine._backend.instance_id()
+            assert instance_id is not None
+            ids.append(instance_id)
     assert ids[0] == ids[2] != ids[1] and len(ids[0]) == 32
 
 

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -25,7 +26,7 @@ def _run(db: Path, *args: str, agent: str = "alice", input: str | None = None) -
     return CliRunner().invoke(cli, list(args), env=env, input=input, catch_exceptions=False)
 
 
-def _json(result: Result) -> object:
+def _json(result: Result) -> Any:
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -50,34 +51,34 @@ def test_every_command_is_documented() -> None:
 
 def test_memory_commands_with_json(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    assert _json(_run(db, "--json", "init"))["db"] == str(db)  # type: ignore[index]
+    assert _json(_run(db, "--json", "init"))["db"] == str(db)
     m = _json(_run(db, "remember", "The release train leaves on Thursdays", "--tag", "ops", "--json"))
-    mid = m["id"]  # type: ignore[index]
-    assert m["tags"] == ["ops"] and m["owner"] == "alice"  # type: ignore[index]
+    mid = m["id"]
+    assert m["tags"] == ["ops"] and m["owner"] == "alice"
     assert _run(db, "remember", "Stand-up is at 9:30", "--shared", agent="bob").exit_code == 0
     hits = _json(_run(db, "--json", "recall", "when does the release train leave?", "-k", "2"))
-    assert hits["hits"][0]["memory"]["id"] == mid and hits["recall_id"].startswith("rc_")  # type: ignore[index]
+    assert hits["hits"][0]["memory"]["id"] == mid and hits["recall_id"].startswith("rc_")
     text = _run(db, "recall", "release train", "--evidence").stdout
     assert "UNTRUSTED EVIDENCE START" in text and "Thursdays" in text
-    why = _json(_run(db, "--json", "explain", hits["recall_id"]))  # type: ignore[index]
-    assert why["hits"][0]["memory_id"] == mid and "rel" in why["hits"][0]["components"]  # type: ignore[index]
-    todo = _json(_run(db, "--json", "todos", "add", "Renew the certificate"))["id"]  # type: ignore[index]
-    assert [t["id"] for t in _json(_run(db, "--json", "todos"))] == [todo]  # type: ignore[union-attr,index]
+    why = _json(_run(db, "--json", "explain", hits["recall_id"]))
+    assert why["hits"][0]["memory_id"] == mid and "rel" in why["hits"][0]["components"]
+    todo = _json(_run(db, "--json", "todos", "add", "Renew the certificate"))["id"]
+    assert [t["id"] for t in _json(_run(db, "--json", "todos"))] == [todo]
     assert _run(db, "todos", "done", todo).stdout.strip() == f"done: {todo}"
     assert _json(_run(db, "--json", "todos")) == []
     assert _run(db, "todos", "--status", "done").stdout.startswith(todo)
     stats = _json(_run(db, "--json", "stats"))
-    assert stats["memories"] == 3 and stats["recalls"] >= 1  # type: ignore[index]
-    assert _json(_run(db, "--json", "forget", mid, "--reason", "moved"))["memory_id"] == mid  # type: ignore[index]
+    assert stats["memories"] == 3 and stats["recalls"] >= 1
+    assert _json(_run(db, "--json", "forget", mid, "--reason", "moved"))["memory_id"] == mid
     refused = _run(db, "--json", "remember", "The release train leaves on Thursdays")
     assert refused.exit_code == Exit.REFUSED
     assert json.loads(refused.stderr)["error"] == "Forgotten"
     assert _run(db, "forget", mid).exit_code == Exit.OK  # forgetting twice is harmless
     assert _run(db, "forget", "alice:00000000deadbeef").exit_code == Exit.NOT_FOUND
-    assert _json(_run(db, "--json", "compact"))["compacted"] is True  # type: ignore[index]
-    assert _json(_run(db, "--json", "stats"))["memories"] == 2  # type: ignore[index]
+    assert _json(_run(db, "--json", "compact"))["compacted"] is True
+    assert _json(_run(db, "--json", "stats"))["memories"] == 2
     rep = _json(_run(db, "--json", "reflect", "--step", "rescore"))
-    assert [s["step"] for s in rep["steps"]] == ["rescore"]  # type: ignore[index]
+    assert [s["step"] for s in rep["steps"]] == ["rescore"]
 
 
 def test_sql_and_tables(tmp_path: Path) -> None:
@@ -102,15 +103,15 @@ def test_export_import_round_trip(tmp_path: Path) -> None:
     src, dst, path = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "a.jsonl"
     for text in ("Ada leads payments", "Grace leads search", "Bob's phone is 555-0100"):
         _run(src, "remember", text)
-    gone = _json(_run(src, "--json", "recall", "phone", "-k", "1"))["hits"][0]["memory"]["id"]  # type: ignore[index]
+    gone = _json(_run(src, "--json", "recall", "phone", "-k", "1"))["hits"][0]["memory"]["id"]
     _run(src, "forget", gone)
     assert _run(src, "export", str(path)).stdout.strip() == f"4 lines written to {path}"
     stdout_export = _run(src, "export").stdout
     assert stdout_export.splitlines()[1:] == path.read_text().splitlines()[1:]
     first = _json(_run(dst, "--json", "import", str(path)))
-    assert first["memories"] == 2 and first["tombstones"] == 1  # type: ignore[index]
+    assert first["memories"] == 2 and first["tombstones"] == 1
     second = _json(_run(dst, "--json", "import", "-", input=path.read_text()))
-    assert second["memories"] == 0 and second["memories_present"] == 2  # type: ignore[index]
+    assert second["memories"] == 0 and second["memories_present"] == 2
     assert _run(dst, "remember", "Bob's phone is 555-0100").exit_code == Exit.REFUSED
     assert _run(dst, "import", str(tmp_path / "nope.jsonl")).exit_code in (Exit.NOT_FOUND, Exit.USAGE)
     # another agent cannot take over alice's private memories
@@ -127,9 +128,9 @@ def test_import_into_another_tenant_of_the_same_file(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     assert "imported 2 memories" in out.stdout and "2 memories under new ids" in out.stdout
     again = _json(_run(db, "--json", "--tenant", "globex", "import", str(path)))
-    assert again["memories"] == 0 and again["memories_present"] == 2  # type: ignore[index]
+    assert again["memories"] == 0 and again["memories_present"] == 2
     hits = _json(_run(db, "--json", "--tenant", "globex", "recall", "who leads payments", "-k", "1"))
-    assert hits["hits"][0]["memory"]["content"] == "Ada leads payments"  # type: ignore[index]
+    assert hits["hits"][0]["memory"]["content"] == "Ada leads payments"
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
@@ -174,30 +175,30 @@ def test_show_list_update_link(tmp_path: Path) -> None:
     a = _run(db, "remember", "Alice is allergic to peanuts", "--tag", "health").stdout.strip()
     b = _run(db, "remember", "Alice carries an epipen").stdout.strip()
     edge = _json(_run(db, "--json", "link", a, b, "--type", "supports", "--weight", "0.5"))
-    assert edge == {"source": a, "target": b, "type": "supports", "weight": 0.5, "created_at": edge["created_at"]}  # type: ignore[index]
+    assert edge == {"source": a, "target": b, "type": "supports", "weight": 0.5, "created_at": edge["created_at"]}
     changed = _json(_run(db, "--json", "update", a, "--content", "Alice is severely allergic to peanuts", "--no-tags"))
-    assert changed["version"] == 2 and changed["tags"] == []  # type: ignore[index]
+    assert changed["version"] == 2 and changed["tags"] == []
     shown = _json(_run(db, "--json", "show", a))
-    assert shown["memory"]["content"] == "Alice is severely allergic to peanuts"  # type: ignore[index]
-    assert [v["content"] for v in shown["history"]] == ["Alice is allergic to peanuts"]  # type: ignore[index]
-    assert [(e["source"], e["target"]) for e in shown["edges"]] == [(a, b)]  # type: ignore[index]
-    before = shown["memory"]["access_count"]  # type: ignore[index]
+    assert shown["memory"]["content"] == "Alice is severely allergic to peanuts"
+    assert [v["content"] for v in shown["history"]] == ["Alice is allergic to peanuts"]
+    assert [(e["source"], e["target"]) for e in shown["edges"]] == [(a, b)]
+    before = shown["memory"]["access_count"]
     text = _run(db, "show", a).stdout
     assert "earlier versions:" in text and f"{a} -supports 0.5-> {b}" in text
-    assert _json(_run(db, "--json", "show", a))["memory"]["access_count"] == before  # type: ignore[index]  # a look, not a use
+    assert _json(_run(db, "--json", "show", a))["memory"]["access_count"] == before  # a look, not a use
     page = _json(_run(db, "--json", "list", "--limit", "1"))
-    assert page["total"] == 2 and page["has_more"] and [m["id"] for m in page["memories"]] == [b]  # type: ignore[index]
+    assert page["total"] == 2 and page["has_more"] and [m["id"] for m in page["memories"]] == [b]
     found = _json(_run(db, "--json", "list", "--contains", "EPIPEN"))
-    assert [m["id"] for m in found["memories"]] == [b]  # type: ignore[index]
+    assert [m["id"] for m in found["memories"]] == [b]
     assert "1-1 of 2; next page: --offset 1" in _run(db, "list", "--limit", "1").stdout
     # another agent cannot see, change or link alice's private memories
     assert _run(db, "show", a, agent="bob").exit_code == Exit.NOT_FOUND
     assert _run(db, "update", a, "--title", "x", agent="bob").exit_code == Exit.NOT_FOUND
     assert _run(db, "link", b, a, agent="bob").exit_code == Exit.NOT_FOUND
-    assert _json(_run(db, "--json", "list", agent="bob"))["total"] == 0  # type: ignore[index]
+    assert _json(_run(db, "--json", "list", agent="bob"))["total"] == 0
     nothing = _run(db, "--json", "update", a)
     assert nothing.exit_code == Exit.REFUSED and json.loads(nothing.stderr)["error"] == "ValidationError"
-    assert _json(_run(db, "--json", "show", a))["memory"]["version"] == 2  # type: ignore[index]  # changed nothing
+    assert _json(_run(db, "--json", "show", a))["memory"]["version"] == 2  # changed nothing
 
 
 def test_intend_and_due(tmp_path: Path) -> None:
@@ -205,10 +206,10 @@ def test_intend_and_due(tmp_path: Path) -> None:
     past = _run(db, "intend", "water the plants", "--when", "2020-01-01T00:00:00Z").stdout.strip()
     event = _run(db, "intend", "tell Bob the build is green", "--on-event", "build-green").stdout.strip()
     cue = _run(db, "intend", "mention the offsite", "--cue", "planning").stdout.strip()
-    assert [m["id"] for m in _json(_run(db, "--json", "due"))] == [past]  # type: ignore[union-attr]
+    assert [m["id"] for m in _json(_run(db, "--json", "due"))] == [past]
     assert _json(_run(db, "--json", "due")) == []  # one-shot: fired once
-    assert [m["id"] for m in _json(_run(db, "--json", "due", "--event", "build-green"))] == [event]  # type: ignore[union-attr]
-    assert [m["id"] for m in _json(_run(db, "--json", "due", "--text", "Q3 planning call"))] == [cue]  # type: ignore[union-attr]
+    assert [m["id"] for m in _json(_run(db, "--json", "due", "--event", "build-green"))] == [event]
+    assert [m["id"] for m in _json(_run(db, "--json", "due", "--text", "Q3 planning call"))] == [cue]
     bad = _run(db, "--json", "intend", "x", "--when", "next tuesday")
     assert bad.exit_code == Exit.REFUSED and json.loads(bad.stderr)["error"] == "ValidationError"
 
@@ -233,11 +234,11 @@ def test_recall_reports_relevance_and_min_relevance_leaves_out_the_weak(tmp_path
     db = tmp_path / "m.db"
     _run(db, "remember", "The release train leaves on Thursdays")
     _run(db, "remember", "Lunch is served at noon")
-    hits = _json(_run(db, "--json", "recall", "when does the release train leave", "-k", "2"))["hits"]  # type: ignore[index]
+    hits = _json(_run(db, "--json", "recall", "when does the release train leave", "-k", "2"))["hits"]
     rels = [h["relevance"] for h in hits]
     assert all(0.0 <= r <= 1.0 for r in rels) and rels[0] > rels[-1]
     strict = _json(_run(db, "--json", "recall", "when does the release train leave", "--min-relevance", str(rels[0])))
-    assert [h["memory"]["content"] for h in strict["hits"]] == ["The release train leaves on Thursdays"]  # type: ignore[index]
+    assert [h["memory"]["content"] for h in strict["hits"]] == ["The release train leaves on Thursdays"]
     assert "rel " in _run(db, "recall", "release train").stdout
 
 
@@ -259,7 +260,7 @@ def test_export_reports_progress_by_lines(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr("engramdb.cli.app.progress_bars", Bars)
     assert support is not None
     out = _json(_run(db, "--json", "export", str(tmp_path / "out.jsonl")))
-    assert heard[0] == ("export", 0, out["lines"]) and heard[-1] == ("export", out["lines"], out["lines"])  # type: ignore[index]
+    assert heard[0] == ("export", 0, out["lines"]) and heard[-1] == ("export", out["lines"], out["lines"])
 
 
 def test_model_adapters_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -334,24 +335,24 @@ def test_sessions_metadata_conversations_and_bulk_forget(tmp_path: Path) -> None
             '{"project": "apollo"}',
         )
     )
-    assert m["session"] == "s1" and m["metadata"] == {"project": "apollo"}  # type: ignore[index]
+    assert m["session"] == "s1" and m["metadata"] == {"project": "apollo"}
     chat = json.dumps([{"role": "user", "content": "I moved to Berlin"}, {"role": "assistant", "content": "Noted"}])
     turns = _json(_run(db, "--json", "remember", "--messages", "-", "--session", "s2", input=chat))
-    assert [t["content"] for t in turns] == ["user: I moved to Berlin", "assistant: Noted"]  # type: ignore[union-attr]
+    assert [t["content"] for t in turns] == ["user: I moved to Berlin", "assistant: Noted"]
     hits = _json(_run(db, "--json", "recall", "who owns what", "--where", '{"project": "apollo"}'))
-    assert [h["memory"]["id"] for h in hits["hits"]] == [m["id"]]  # type: ignore[index]
+    assert [h["memory"]["id"] for h in hits["hits"]] == [m["id"]]
     listed = _json(_run(db, "--json", "list", "--session", "s2"))
-    assert listed["total"] == 2  # type: ignore[index]
+    assert listed["total"] == 2
     dry = _json(_run(db, "--json", "forget", "--session", "s2", "--dry-run"))
-    assert dry["count"] == 2 and dry["dry_run"] is True  # type: ignore[index]
-    assert _json(_run(db, "--json", "list"))["total"] == 3  # type: ignore[index]
-    assert _json(_run(db, "--json", "forget", "--session", "s2"))["count"] == 2  # type: ignore[index]
-    assert _json(_run(db, "--json", "list"))["total"] == 1  # type: ignore[index]
+    assert dry["count"] == 2 and dry["dry_run"] is True
+    assert _json(_run(db, "--json", "list"))["total"] == 3
+    assert _json(_run(db, "--json", "forget", "--session", "s2"))["count"] == 2
+    assert _json(_run(db, "--json", "list"))["total"] == 1
     bad = _run(db, "recall", "x", "--where", "{not json")
     assert bad.exit_code == Exit.REFUSED and "--where is not valid JSON" in bad.stderr
-    both = _run(db, "forget", m["id"], "--session", "s1")  # type: ignore[index]
+    both = _run(db, "forget", m["id"], "--session", "s1")
     assert both.exit_code == Exit.REFUSED and "not both" in both.stderr
-    assert "session: s1" in _run(db, "show", m["id"]).stdout  # type: ignore[index]
+    assert "session: s1" in _run(db, "show", m["id"]).stdout
 
 
 def test_extraction_from_the_shell(tmp_path: Path) -> None:

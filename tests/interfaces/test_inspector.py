@@ -37,6 +37,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 
 @pytest.fixture(scope="module")
 def engine(store: Store) -> Iterator[DynamicMemoryEngine]:
+    assert store.path is not None
     with open_engine(store.path, FixedClock(1_770_000_000.0)) as e:
         yield e
 
@@ -130,6 +131,7 @@ def _snapshot(engine: DynamicMemoryEngine) -> Any:
 
 def test_a_full_crawl_changes_nothing(tmp_path: Path, store: Store) -> None:
     path = tmp_path / "copy.db"
+    assert store.path is not None
     shutil.copy(store.path, path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     with open_engine(path, FixedClock(1_770_000_000.0)) as engine:
@@ -215,6 +217,7 @@ def test_without_the_extra_it_says_which(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_the_command_prints_a_tokened_address_on_localhost(store: Store, tmp_path: Path) -> None:
     path = tmp_path / "cli.db"
+    assert store.path is not None
     shutil.copy(store.path, path)
     cmd = [sys.executable, "-m", "engramdb", "--embedder", "fake", "inspect", "--db", str(path), "--agent", "alice"]
     proc = subprocess.Popen([*cmd, "--cap", "internal"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

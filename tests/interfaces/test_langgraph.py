@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import pytest
 
@@ -12,7 +12,7 @@ from engramdb import Confidentiality, DynamicMemoryEngine, ValidationError
 from engramdb.testing import fake_embedder
 
 pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
-from langgraph.store.base import BaseStore, Item
+from langgraph.store.base import BaseStore, Item, TTLConfig
 from langgraph.store.memory import InMemoryStore
 
 from engramdb.adapters.langgraph import EngramStore, namespace_agent
@@ -215,8 +215,10 @@ def test_times_keep_their_seconds_on_every_backend(make_engine: Callable[..., Dy
 
 def _ttl_store(make_engine: Callable[..., DynamicMemoryEngine], clock: Any, **config: Any) -> EngramStore:
     return EngramStore(
-        make_engine(memory_embedder=fake_embedder(), clock=clock), tenant="acme", ttl_config=config or None
-    )  # type: ignore[arg-type]
+        make_engine(memory_embedder=fake_embedder(), clock=clock),
+        tenant="acme",
+        ttl_config=cast("TTLConfig | None", config or None),  # the keys the tests pass are TTLConfig's
+    )
 
 
 def test_an_item_expires_ttl_minutes_after_its_last_write_or_refreshing_read(
@@ -275,7 +277,7 @@ def test_the_sweeper_thread_deletes_expired_items(make_engine: Callable[..., Dyn
     thread = store.start_ttl_sweeper()
     assert store.start_ttl_sweeper() is thread  # one sweeper at a time
     deadline = time.monotonic() + 10
-    rows = [1]
+    rows: Sequence[object] = [1]
     while rows and time.monotonic() < deadline:
         rows = store._scope.query("SELECT 1 FROM shared_langgraph_store")  # the table itself, not a (sweeping) read
         time.sleep(0.02)

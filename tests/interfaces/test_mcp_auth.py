@@ -11,7 +11,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,8 @@ def _bearer(token: str) -> dict[str, str]:
 
 def _token(key: Any = SECRET, algorithm: str = "HS256", **claims: Any) -> str:
     body = {"iss": ISSUER, "aud": "", "sub": "alice", "tenant": "acme", "exp": NOW + 600, "iat": NOW - 10, **claims}
-    return jwt.encode({k: v for k, v in body.items() if v is not None}, key, algorithm=algorithm)
+    token: str = jwt.encode({k: v for k, v in body.items() if v is not None}, key, algorithm=algorithm)
+    return token
 
 
 # -- static token -----------------------------------------------------------------------------------
@@ -189,7 +190,7 @@ def test_each_token_reads_as_the_agent_it_names_and_no_other(jwt_server: Served)
     assert _leaked(_recall_text(aud, _bearer(_token(aud=aud, cap="restricted")))) == {"alice", "secret"}
 
 
-BAD_TOKENS = {
+BAD_TOKENS: dict[str, Callable[[str], str | None]] = {
     "missing": lambda aud: None,
     "garbage": lambda aud: "not.a.jwt",
     "forged-key": lambda aud: _token(key=b"another-secret-of-at-least-32-bytes!!!", aud=aud),

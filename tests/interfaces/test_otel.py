@@ -11,6 +11,7 @@ from engramdb import DynamicMemoryEngine, MemoryToolbox
 from engramdb.observability import otel
 
 sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="needs opentelemetry-sdk (the test extra)")
+from opentelemetry import trace  # noqa: E402  # the module otel reads the global provider from
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
@@ -39,6 +40,7 @@ def test_spans_and_their_attributes(eng: DynamicMemoryEngine, spans: InMemorySpa
     m = me.remember(SECRET, importance=9)
     me.remember_many([{"content": "vault opening hours are 9 to 5"}, {"content": "the vault is in the basement"}])
     hits = me.recall("vault combination", k=2)
+    assert hits.recall_id is not None
     me.explain(hits.recall_id)
     me.explain("vault")  # a dry run
     me.reflect(steps=["rescore"])
@@ -127,7 +129,7 @@ def test_no_tracer_provider_makes_no_span_and_a_global_one_is_used_at_once(
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(otel._trace, "get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
     try:
         me.recall("vault", k=1)
     finally:

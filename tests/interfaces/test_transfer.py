@@ -39,7 +39,7 @@ def _fill(me: Agent, clock: FixedClock) -> dict[str, str]:
     gone = me.remember("Bob's phone number is 555-0100")
     me.forget(gone.id, reason="user asked")
     scratch = me.remember("scratch note to archive", type="scratch")
-    me.runtime.store.memories.archive(me.tenant, [scratch.id], me.runtime.store.changes.next(me.tenant))
+    me._runtime.store.memories.archive(me.tenant, [scratch.id], me._runtime.store.changes.next(me.tenant))
     ids["archived"] = scratch.id
     return ids
 

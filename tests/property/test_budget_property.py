@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 from engramdb import EvidenceItem, approx_tokens, render_evidence
 from engramdb.retrieval.budget import pack, truncate_to
 
-COUNTERS = [
+COUNTERS: list[Callable[[str], int]] = [
     approx_tokens,
     lambda s: len(s.split()),
     lambda s: math.ceil(len(s.encode()) / 3) + s.count("\n"),  # not additive across joins

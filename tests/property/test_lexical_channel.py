@@ -8,6 +8,7 @@ import contextlib
 import math
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -66,16 +67,16 @@ def naive(store: Backend, stems: list[str], vis: Visibility, limit: int) -> dict
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_channel_matches_a_direct_bm25(
-    monkeypatch: pytest.MonkeyPatch, merge_at: int, bulk: int, ops: list[tuple]
-) -> None:  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch, merge_at: int, bulk: int, ops: list[tuple[Any, ...]]
+) -> None:
     monkeypatch.setattr(lc, "MERGE_AT", merge_at)
     monkeypatch.setattr(lc, "BULK", bulk)
     with tempfile.TemporaryDirectory() as d:
         eng = DynamicMemoryEngine(Path(d) / "m.db", clock=FixedClock(1_000_000.0), memory_embedder=None)
         try:
             ids: list[tuple[str, str, str]] = []  # (tenant, agent, memory id)
-            recaller = eng.recaller
-            db = eng.backend
+            recaller = eng._runtime.recaller
+            db = eng._backend
             for o in ops:
                 if o[0] == "remember":
                     _, tenant, agent, text, shared, level = o
@@ -185,7 +186,7 @@ def test_document_expansion_matches_a_direct_computation(
             for text, agent, shared, gap in docs:
                 t += gap
                 eng.agent(agent).remember(text, shared=shared, dedup=False, force=True, created_at=t)
-            db, lexical = eng.backend, eng.recaller.lexical
+            db, lexical = eng._backend, eng._runtime.recaller.lexical
             vis = Visibility("default", "ann", Confidentiality(0))
             stems = [stem(w) for w in query.split()]
             lexical.refresh(db)

@@ -7,13 +7,14 @@ import json
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
 SCRIPTS = sorted(BENCH.glob("*.py"))
 
 
-def _provenance():  # type: ignore[no-untyped-def]
+def _provenance() -> ModuleType:
     spec = importlib.util.spec_from_file_location("provenance", BENCH / "provenance.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -125,7 +125,7 @@ VALID: dict[str, Callable[[World], object]] = {
     "agent": lambda w: w.agent,
     "inner": lambda w: w.engine,
     "agent_name": lambda w: "assistant",
-    "runtime": lambda w: w.engine.runtime,
+    "runtime": lambda w: w.engine._runtime,
     "agent_id": lambda w: "bob",
     "shared": lambda w: w.agent.shared,
     "private": lambda w: lambda: w.agent.private,
@@ -332,10 +332,10 @@ def test_the_walk_catches_an_escaping_builtin(world: World, monkeypatch: pytest.
         (lambda w: w.agent.remember("x", entities=True), engramdb.ValidationError),
         (lambda w: w.agent.reflect(progress="x"), engramdb.ValidationError),
         (lambda w: w.agent.export_jsonl(1), engramdb.ValidationError),
-        (lambda w: DynamicMemoryEngine(w.tmp / "b.db", busy_timeout="x"), engramdb.ConfigError),
-        (lambda w: engramdb.ScoringConfig(candidates="x"), engramdb.ConfigError),
+        (lambda w: DynamicMemoryEngine(w.tmp / "b.db", busy_timeout="x"), engramdb.ConfigError),  # type: ignore[arg-type]
+        (lambda w: engramdb.ScoringConfig(candidates="x"), engramdb.ConfigError),  # type: ignore[arg-type]
         (lambda w: engramdb.load_config(""), engramdb.ConfigError),
-        (lambda w: engramdb.approx_tokens(1), engramdb.ValidationError),
+        (lambda w: engramdb.approx_tokens(1), engramdb.ValidationError),  # type: ignore[arg-type]
     ],
 )
 def test_wrong_arguments_are_caller_errors_and_value_errors(

@@ -75,6 +75,9 @@ def server() -> Iterator[Server]:
             if state.delay:
                 time.sleep(state.delay)
             expected = "/rerank" if state.mode == "tei" else "/v1/rerank"
+            status: int
+            out: bytes
+            extra: dict[str, str]
             if self.path != expected:
                 status, out, extra = 404, b'{"error": {"message": "no route"}}', {}
             elif step is None:
@@ -231,7 +234,7 @@ def test_bad_arguments_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> Non
         ({"base_url": "http://u:p@host/v1"}, "credentials"),
     ):
         monkeypatch.delenv("ENGRAMDB_TEST_UNSET_KEY", raising=False)
-        args = {"base_url": "http://localhost:8000/v1", "model": "m", **kw}
+        args: dict[str, Any] = {"base_url": "http://localhost:8000/v1", "model": "m", **kw}
         with pytest.raises(ConfigError, match=match):
             HttpReranker(args.pop("base_url"), args.pop("model"), **args)
     r = HttpReranker("http://localhost:8000/v1", "m")

@@ -93,6 +93,9 @@ def server() -> Iterator[Server]:
                 step = state.script.pop(0) if state.script else None
             if state.delay:
                 time.sleep(state.delay)
+            status: int
+            out: bytes
+            extra: dict[str, str]
             if self.path != "/v1/embeddings":
                 status, out, extra = 404, b'{"error": {"message": "404 page not found"}}', {}
             elif step is None:
@@ -327,7 +330,14 @@ def test_bad_arguments_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="credentials") as caught:
         OpenAICompatibleEmbedder("http://user:hunter2@localhost/v1", "m")
     assert "hunter2" not in str(caught.value)
-    for kw in ({"dim": 0}, {"batch_size": 0}, {"retries": -1}, {"timeout": 0}, {"dim": 8, "dimensions": 4}):
+    bad: tuple[dict[str, Any], ...] = (
+        {"dim": 0},
+        {"batch_size": 0},
+        {"retries": -1},
+        {"timeout": 0},
+        {"dim": 8, "dimensions": 4},
+    )
+    for kw in bad:
         with pytest.raises(ConfigError):
             OpenAICompatibleEmbedder("http://localhost/v1", "m", **kw)
     with pytest.raises(ConfigError, match="model"):
@@ -372,8 +382,8 @@ def test_reembed_gives_a_store_of_another_model_the_served_vectors(server: Serve
         sent = [t for batch in server.inputs for t in batch]
         assert sorted(t for t in sent if t != "dimension probe") == sorted(MEMORIES)
         assert sent.count("dimension probe") <= 1  # the engine read `dim` before anything was embedded
-        store = engine.runtime.store
-        keys = store.memories.visible_keys(agent.principal.visibility(include_archived=True))
+        store = engine._runtime.store
+        keys = store.memories.visible_keys(agent._principal.visibility(include_archived=True))
         rows = store.vectors.cache_rows_for(e.name, keys)
         assert len(rows) == 4 and all(row[9] is not None for row in rows)
         assert agent.reembed() == 0  # every memory has a vector of this model now

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engramdb import DynamicMemoryEngine, MemoryRetriever, ScopeViolation, SqlError
+
+if TYPE_CHECKING:
+    import numpy
+    import numpy.typing as npt
 
 DAY = 86_400
 
@@ -75,7 +81,10 @@ def test_unmatched_rows_fill_by_recency_or_not_at_all(engine: DynamicMemoryEngin
 
 def test_custom_token_counter_and_budget(engine: DynamicMemoryEngine) -> None:
     _table(engine, [(f"note {i} " + "word " * 20, i) for i in range(50)])
-    words = lambda s: len(s.split())  # noqa: E731
+
+    def words(s: str) -> int:
+        return len(s.split())
+
     r = MemoryRetriever(scope=engine.get_shared_scope(), table="shared_notes", token_budget=100, token_counter=words)
     text = r.retrieve("note word")
     assert 0 < words(text) <= 100
@@ -115,8 +124,10 @@ def test_semantic_ranking_with_an_injected_embedder(tmp_path: object) -> None:
     class TwoTopics:
         name, dim = "two-topics@1", 2
 
-        def embed(self, texts: list[str]) -> object:
-            out = np.array([[1.0, 0.0] if "cat" in t or "kitten" in t else [0.0, 1.0] for t in texts], dtype=np.float32)
+        def embed(self, texts: Sequence[str]) -> npt.NDArray[numpy.float32]:
+            out: npt.NDArray[numpy.float32] = np.array(
+                [[1.0, 0.0] if "cat" in t or "kitten" in t else [0.0, 1.0] for t in texts], dtype=np.float32
+            )
             return out
 
     eng = DynamicMemoryEngine(f"{tmp_path}/s.db", enable_embeddings=True, embedder=TwoTopics())

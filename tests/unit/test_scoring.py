@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -235,7 +236,8 @@ def test_temporal_context_over_near_pairs_is_the_dense_form_bit_for_bit(
     keys = np.asarray([k for k, _ in made], dtype=np.int64)
     times = np.cumsum([dt for _, dt in made]).astype(np.float64) + 1.7e9
     anchors = slice(0, min(n_anchors, len(made)))
-    args = (keys, times, keys[anchors], times[anchors], np.asarray(rels[: len(keys[anchors])]), tau)
+    # numpy arrays, as recall passes them (temporal_context's parameters say Sequence)
+    args: tuple[Any, ...] = (keys, times, keys[anchors], times[anchors], np.asarray(rels[: len(keys[anchors])]), tau)
     if not len(times) or not len(times[anchors]):
         return
     near = scoring._near_context(*args)
@@ -245,7 +247,7 @@ def test_temporal_context_over_near_pairs_is_the_dense_form_bit_for_bit(
 
 
 @pytest.mark.parametrize("bad", [{"w_entity": -0.1}, {"w_ctx": -1.0}, {"ctx_tau": 0.0}, {"ctx_tau": -5.0}])
-def test_scoring_config_refuses_bad_lifts(bad: dict[str, float]) -> None:
+def test_scoring_config_refuses_bad_lifts(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"w_entity|ctx_tau"):
         ScoringConfig(**bad)
 

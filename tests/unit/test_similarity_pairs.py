@@ -46,7 +46,9 @@ def test_exact_pairs_match_brute_force_in_any_block_size() -> None:
 def test_clustered_pairs_are_true_pairs_ordered_and_capped() -> None:
     mat = families(40, 25)
     cfg = ReflectionConfig(cluster_size=50, cluster_probes=2)
-    a, b, sims = _clustered_pairs(mat, 0.8, 0.99, 5, cfg, NEVER)
+    found = _clustered_pairs(mat, 0.8, 0.99, 5, cfg, NEVER)
+    assert found is not None
+    a, b, sims = found
     assert len(a) and (a < b).all()
     np.testing.assert_allclose(sims, np.einsum("ij,ij->i", mat[a], mat[b]), rtol=1e-5)
     assert ((sims >= 0.8) & (sims < 0.99)).all()
@@ -86,5 +88,6 @@ def test_a_stop_between_clusters_returns_none() -> None:
 
 @pytest.mark.parametrize("field", ["exact_pairs_up_to", "cluster_size", "cluster_probes"])
 def test_cluster_settings_are_checked(field: str) -> None:
+    bad: dict[str, Any] = {field: 0}
     with pytest.raises(ConfigError, match=field):
-        ReflectionConfig(**{field: 0})
+        ReflectionConfig(**bad)

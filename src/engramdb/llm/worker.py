@@ -12,7 +12,7 @@ never waits for a model. A worker — `ExtractionWorker`, run as a thread of the
 3. asks the `Extractor` (no transaction is open meanwhile);
 4. checks the answer (`engramdb.llm.protocol.check_decisions`): an id outside its input, or any
    other broken rule, rejects the whole answer;
-5. applies it in **one transaction that also marks the job done**: each new fact is a ``fact``
+5. applies it in **one transaction that also marks the job done**: each new fact is an ``info``
    memory with ``derived_from`` edges to its source turns, at least as confidential as the most
    confidential of them, in their session and shared or private as they are; an update
    supersedes (validity closed at the source turn's time, ``refines`` edge), a delete closes
@@ -87,7 +87,7 @@ class ExtractionWorker:
     """Runs queued extraction jobs with `extractor` (see the module docstring).
 
     Args:
-        rt: the engine's runtime (``engine.runtime``).
+        rt: the engine's runtime (engine-internal: ``engine.extraction_worker(...)`` passes it).
         extractor: an `engramdb.llm.protocol.Extractor` (e.g. `engramdb.llm.LLMExtractor`).
         tenant: only this tenant's jobs (None: every tenant's).
         llm_cap: the most confidential turn or fact ever sent to the extractor (default INTERNAL).

@@ -128,11 +128,11 @@ def intend(
         raise ValidationError("refs must be MemoryRef values")
     if any(r.kind == TRIGGER_KIND for r in extra):
         raise ValidationError("pass the trigger as when=, on_event=, cue= or trigger=, not as a ref")
-    rt = agent.runtime
+    rt = agent._runtime
     now = rt.clock()
     return writing.remember_many(
         rt,
-        agent.principal,
+        agent._principal,
         [
             {
                 "content": content,
@@ -164,7 +164,7 @@ def _fire(
     recall_id: str | None = None,
 ) -> list[tuple[str, Trigger]]:
     """Fire the matching intents inside the caller's unit of work; [(memory id, trigger that fired)]."""
-    rt, who = agent.runtime, agent.principal
+    rt, who = agent._runtime, agent._principal
     store = rt.store
     vis = dataclasses.replace(who.visibility(), as_of=now)
     rows = store.memories.intents(vis, who.agent_id, now=now, event=event, cues=bool(text))
@@ -224,7 +224,7 @@ def due(
     Raises `ValidationError` for a `now` that is not a number, or an empty or over-long event name.
     """
     reading.check_trace_ref(trace_ref)
-    rt = agent.runtime
+    rt = agent._runtime
     t = rt.clock() if now is None else _check_now(now)
     ev = None if event is None else _name("the event name", event)
     if text is not None and not isinstance(text, str):
@@ -232,7 +232,7 @@ def due(
     tx = None if text is None else normalise(text)
     with rt.store.atomic():
         fired = _fire(agent, now=t, event=ev, text=tx, trace_ref=trace_ref)
-    return [reading.get(rt, agent.principal, mid, touch=False) for mid, _ in fired]
+    return [reading.get(rt, agent._principal, mid, touch=False) for mid, _ in fired]
 
 
 # -- todos ------------------------------------------------------------------------------------
@@ -248,8 +248,8 @@ def _status(value: object) -> TodoStatus:
 def _todo_ids(
     agent: Acting, status: TodoStatus | None, *, by_importance: bool = False, now: float | None = None
 ) -> list[str]:
-    rt = agent.runtime
-    vis = dataclasses.replace(agent.principal.visibility(), as_of=rt.clock() if now is None else now)
+    rt = agent._runtime
+    vis = dataclasses.replace(agent._principal.visibility(), as_of=rt.clock() if now is None else now)
     return rt.store.memories.todo_ids(vis, status, by_importance=by_importance)
 
 
@@ -259,7 +259,7 @@ def todos(agent: Acting, status: TodoStatus | str | None = TodoStatus.OPEN) -> l
     Archived todos are left out. An unknown status is a `ValidationError`.
     """
     st = None if status is None else _status(status)
-    return [reading.get(agent.runtime, agent.principal, mid, touch=False) for mid in _todo_ids(agent, st)]
+    return [reading.get(agent._runtime, agent._principal, mid, touch=False) for mid in _todo_ids(agent, st)]
 
 
 _MOVES: dict[TodoStatus, frozenset[TodoStatus]] = {
@@ -270,7 +270,7 @@ _MOVES: dict[TodoStatus, frozenset[TodoStatus]] = {
 
 
 def _move(agent: Acting, memory_id: str, to: TodoStatus, verb: str, done: str) -> Memory:
-    rt, who = agent.runtime, agent.principal
+    rt, who = agent._runtime, agent._principal
     with rt.store.atomic():
         current = reading.get(rt, who, memory_id, touch=False)
         if current.type is not MemoryType.TODO:
@@ -386,7 +386,7 @@ def ride_along(
     if isinstance(max_todos, bool) or not isinstance(max_todos, int) or not 0 <= max_todos <= 100:
         raise ValidationError(f"max_todos must be an integer from 0 to 100, got {max_todos!r}")
     reading.check_trace_ref(trace_ref)
-    rt, who = agent.runtime, agent.principal
+    rt, who = agent._runtime, agent._principal
     t = rt.clock() if now is None else _check_now(now)
     ev = None if event is None else _name("the event name", event)
     store = rt.store

@@ -74,6 +74,9 @@ class MemoryRecord(TypedDict):
     access_count: int
     retention: float | None
     prune_at: float | None
+    importance_source: str
+    session: str | None
+    metadata: dict[str, object]
     edges: list[EdgeRecord]
 
 

@@ -20,7 +20,7 @@ CHUNK = 512
 def reembed(agent: Acting, *, missing_only: bool = True, progress: Progress | None = None) -> int:
     """Embed the memories `agent` can see (archived included) that lack a vector of the current
     embedder (all of them, without `missing_only`); how many were embedded."""
-    rt, who = agent.runtime, agent.principal
+    rt, who = agent._runtime, agent._principal
     embedder = rt.embedder
     if embedder is None:
         raise ValidationError("this engine has no memory embedder (memory_embedder=None); nothing to embed with")

@@ -64,7 +64,7 @@ def resolve_refs(agent: Acting, recall: Recall, resolvers: ReferenceResolvers, *
     ids = sorted({h.memory.id for h in recall.hits if any(r.kind not in RESERVED_KINDS for r in h.memory.refs)})
     if not ids:
         return recall
-    rt, who = agent.runtime, agent.principal
+    rt, who = agent._runtime, agent._principal
     ns = rt.store.memories.visible_ids(who.visibility(include_archived=True), ids)
     missing = [mid for mid in ids if mid not in ns]
     if missing:

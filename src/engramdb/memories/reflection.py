@@ -57,10 +57,10 @@ embedder's probes sit at ~0.02 and are left as they are.
 
 **Pairs at scale.** Steps 1-3 compare every pair of a group (one owner and type for merge, one
 owner and level for link) of up to ``exact_pairs_up_to`` (50,000) memories. Above that, every pair
-grows with n² (the link step alone: 41 s at 100k memories, about an hour at 1M), so the group is
+grows with n² (the link step alone is slow at 100k memories and impractical at 1M), so the group is
 clustered first (spherical k-means, ~1,000 memories per centroid, each memory in the clusters of
 its two nearest centroids) and only memories sharing a cluster are compared. At 100k memories of
-the benchmark corpus that finds 99.6% of the link pairs and all the merge pairs, 7-10x sooner.
+the benchmark corpus that finds 99.6% of the link pairs and all the merge pairs, far sooner.
 
 Example::
 
@@ -216,8 +216,8 @@ class Reflector:
         if config is not None and not isinstance(config, ReflectionConfig):
             raise ValidationError(f"config must be a ReflectionConfig, got {type(config).__name__}")
         self.agent = agent
-        self.rt = agent.runtime
-        self.who = agent.principal
+        self.rt = agent._runtime
+        self.who = agent._principal
         self.config = config or ReflectionConfig()
         self.reconciler = reconciler
         self.reasoner = reasoner

@@ -229,7 +229,8 @@ class Runtime:
         A forget calls it before it drops the files: close then writes them again from caches
         caught up with the forget. Without it, a process that forgot and never recalled (the
         CLI's `engramdb forget`) left every later process to rebuild both caches from every row
-        (53 s for the vectors at 1M memories) instead of reading them (~2 s)."""
+        instead of reading them, far slower at 1M memories (benchmarks/bench_scale.py measures both:
+        ``first_recall_s`` against ``restart_first_recall_s`` in benchmarks/results/scale.json)."""
         store = self.store
         if not self._vector_file or store.cache_file is None or store.in_transaction():
             # (inside a caller's transaction a cache read may yet be rolled back: such a cache is
@@ -285,10 +286,12 @@ class Runtime:
 
 
 class Acting(Protocol):
-    """Anything that acts in the engine: a runtime and the principal it acts as (an agent handle)."""
+    """Anything that acts in the engine: a runtime and the principal it acts as (an agent handle).
+    Both are engine-internal: a handle keeps them private (``_runtime``, ``_principal``), the
+    services read them."""
 
     @property
-    def runtime(self) -> Runtime: ...
+    def _runtime(self) -> Runtime: ...
 
     @property
-    def principal(self) -> Principal: ...
+    def _principal(self) -> Principal: ...

@@ -93,7 +93,7 @@ class ImportReport:
 
 def export_records(agent: Acting) -> Iterator[dict[str, Any]]:
     """The lines of an export of everything `agent` can see, archived memories included."""
-    rt, who = agent.runtime, agent.principal
+    rt, who = agent._runtime, agent._principal
     store = rt.store
     vis = who.visibility(include_archived=True)
     with store.snapshot():
@@ -367,8 +367,8 @@ class _Importer:
     first write (so a refusal changes nothing), `write` stores what the plan kept."""
 
     def __init__(self, agent: Acting, progress: Progress | None, total: int | None) -> None:
-        self.rt: Runtime = agent.runtime
-        self.who: Principal = agent.principal
+        self.rt: Runtime = agent._runtime
+        self.who: Principal = agent._principal
         self.progress = progress
         self.total = total
         self.done = 0

@@ -201,7 +201,7 @@ class NamespacedMemory:
         if not isinstance(query, MemoryQuery):
             raise ValidationError(f"query must be a MemoryQuery, got {type(query).__name__}")
         handle = self.agent(scope)
-        recall, _ = handle.runtime.recaller.run(
+        recall, _ = handle._runtime.recaller.run(
             query.text, vis=self.visibility(scope, query), k=query.k, hops=query.hops,
             types=None if query.types is None else frozenset(query.types), channel=query.channel,
             trace_ref=query.trace_ref, dry_run=False, when=query.when,
@@ -254,7 +254,7 @@ class NamespacedMemory:
         age = seconds(min_age)
         handle = self.agent(scope)
         return writing.retire_weak(
-            handle.runtime, handle.principal, self.visibility(scope), below_strength=float(min_strength), min_age=age
+            handle._runtime, handle._principal, self.visibility(scope), below_strength=float(min_strength), min_age=age
         )
 
     # -- reads beyond the contract ----------------------------------------------------------
@@ -276,7 +276,7 @@ class NamespacedMemory:
         """
         handle = self.agent(scope)
         if isinstance(what, MemoryQuery):
-            _, explanation = handle.runtime.recaller.run(
+            _, explanation = handle._runtime.recaller.run(
                 what.text, vis=self.visibility(scope, what), k=what.k, hops=what.hops,
                 types=None if what.types is None else frozenset(what.types), channel=what.channel,
                 trace_ref=None, dry_run=True, when=what.when,
@@ -318,7 +318,7 @@ def _redact(handle: Agent, explanation: Explanation, vis: Visibility) -> Explana
     ids = [e.memory_id for e in (*explanation.hits, *explanation.near_misses)]
     if not ids:
         return explanation
-    shown = set(handle.runtime.store.memories.visible_ids(vis, sorted(set(ids))))
+    shown = set(handle._runtime.store.memories.visible_ids(vis, sorted(set(ids))))
     return dataclasses.replace(
         explanation,
         hits=tuple(e for e in explanation.hits if e.memory_id in shown),

@@ -1,6 +1,6 @@
 """The package's layers: imports only point down, and nothing imports in a cycle.
 
-``base → ports → adapters → services → facade`` (DESIGN.md, "Storage as a seam"). Every import is
+``base → ports → adapters → services → facade`` (docs/architecture.md, "Layers"). Every import is
 read from the source — module level, ``TYPE_CHECKING`` blocks and imports inside functions alike —
 so a cycle cannot hide behind a late import. Every module must be placed in the table below: a new
 module fails this test until its author says which layer it belongs to.

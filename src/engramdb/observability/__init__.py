@@ -1,1 +1,1 @@
-"""Access-stream statistics and (later) the OpenTelemetry bridge."""
+"""Access-stream statistics (`stats`) and the OpenTelemetry bridge (`otel`)."""

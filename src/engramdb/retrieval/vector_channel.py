@@ -4,7 +4,7 @@ visibility attributes beside it, so the visible set is masked *before* the top-k
 The stored vectors are the truth; this is a cache refreshed incrementally by the memories'
 write sequence (``changed``), which every process's writes advance, so a recall always sees
 what other threads and processes have committed. A first load reads the rows in batches
-(`engramdb.storage.ports.VectorStore.cache_row_batches`) into an `AnnIndex` that defers its IVF
+(`engramdb.storage.ports.MemoryVectors.cache_row_batches`) into an `AnnIndex` that defers its IVF
 build to the end, so no copy of every vector is ever held as Python objects or float32 at once.
 
 **Surviving a restart.** Given the `database` file and an `AnnIndex`, the channel saves the index

@@ -1,7 +1,7 @@
 """Classify one SQL statement before SQLite prepares it.
 
 This module decides nothing about *which tables* a statement may touch: SQLite's authorizer does
-that (see `policy.py`). It only answers questions the authorizer cannot:
+that (see `Policy` in `engramdb/storage/sqlite/authorizer.py`). It only answers questions the authorizer cannot:
 
 - is this exactly one statement (a trigger body holds ``;``, so triggers are classified first);
 - which verb is it, and is that verb on the DDL safelist (``ALTER TABLE … ADD COLUMN`` and

@@ -1,7 +1,7 @@
 """The storage ports: what the services need from a backend, one `Protocol` per concern.
 
 Services (recall, writes, reflection, prospective memory, references, stats, tenancy rules) are
-written against these Protocols only; a backend (``storage/sqlite``, later ``storage/postgres``)
+written against these Protocols only; a backend (``storage/sqlite``, ``storage/postgres``)
 implements them. Each method says *what*, never how: no SQL, connection or driver type appears
 here, and no SQL is written outside an adapter.
 

@@ -15,7 +15,8 @@ or is ``'*'``. The rule the adapter keeps:
 2. a call that names only keys (engine-internal: the keys were seen through a visibility just
    before) runs under the thread's current tenant, so it cannot read or write another tenant's
    rows either (a thread that named no tenant yet runs it under ``'*'``);
-3. cache loads that read every tenant at once (by change sequence) run under ``'*'``.
+3. reads that span every tenant on purpose (store-wide upkeep, a worker claiming the extraction
+   queue's next job of any tenant) run under ``'*'``; recall's caches load one tenant each, under it.
 
 A connection with no setting sees nothing (fails closed). The engine's statements run as a role without BYPASSRLS
 (``<database>_engine``, made by the migrations), so the wall stands even when the URL's role is a
